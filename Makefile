@@ -1,0 +1,49 @@
+# Two commands do everything on a fresh machine:
+#   make lab    install, prepare the data sets, start JupyterLab
+#   make test   install, prepare the data sets, run every test and notebook
+# Both are idempotent: a second run skips what is already done.
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# TensorFlow wheel: the CUDA one where an NVIDIA driver is present.
+TF_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+INSTALLED := $(VENV)/.installed-$(TF_EXTRA)
+LAB_PORT ?= 8888
+LAB_IP ?= 127.0.0.1
+PYTEST_ARGS ?=
+
+.PHONY: lab test install system data lint clean-venv
+
+install: system $(INSTALLED) data
+
+system:
+	@scripts/system-packages.sh
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(INSTALLED): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[$(TF_EXTRA),lab,dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ddlkit)" >/dev/null
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+data: $(INSTALLED)
+	$(BIN)/python -m ddlkit.data prepare
+
+lab: install
+	$(BIN)/jupyter lab --ip=$(LAB_IP) --port=$(LAB_PORT) --no-browser notebooks/00_start_here.ipynb
+
+test: install
+	$(BIN)/ruff check ddlkit tests launch benchmarks
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check ddlkit tests launch benchmarks
+	$(BIN)/ruff format --check ddlkit tests launch benchmarks
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,41 @@
+"""ddlkit: learn and measure distributed training with TensorFlow and Horovod.
+
+``import ddlkit as dk`` is cheap: it only chooses Keras (see
+:mod:`ddlkit.backend`) and loads submodules when first used, so a worker or
+the CLI does not pay for TensorFlow until it needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ddlkit import backend as _backend
+
+_backend.select()
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "backend",
+    "cluster",
+    "data",
+    "env",
+    "errors",
+    "launch",
+    "metrics",
+    "models",
+    "plots",
+    "settings",
+}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"ddlkit.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'ddlkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_SUBMODULES))
