@@ -7,9 +7,10 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# TensorFlow wheel: the CUDA one where an NVIDIA driver is present.
-TF_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
-INSTALLED := $(VENV)/.installed-$(TF_EXTRA)
+# Extras: CUDA libraries for TensorFlow where an NVIDIA driver is present.
+EXTRAS ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu,)lab,dev
+comma := ,
+INSTALLED := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 LAB_PORT ?= 8888
 LAB_IP ?= 127.0.0.1
 PYTEST_ARGS ?=
@@ -26,7 +27,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(INSTALLED): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[$(TF_EXTRA),lab,dev]"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]" 2> >(grep -v "is ignored: it is neither" >&2)
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ddlkit)" >/dev/null
 	rm -f $(VENV)/.installed-*
 	touch $@

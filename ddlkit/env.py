@@ -1,0 +1,182 @@
+"""Check the environment a notebook runs in, and show it as one table.
+
+`check()` gathers facts (versions, devices, cores, Horovod, data sets) into an
+`EnvReport`; nothing is printed or decided while gathering, so the report can
+be shown in a notebook, printed by the CLI, or asserted on in tests.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from ddlkit import backend
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the report: what was checked, what was found, and whether it is fine."""
+
+    name: str
+    value: str
+    ok: bool = True
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    checks: tuple[Check, ...]
+    facts: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def __getitem__(self, name: str) -> Check:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        width = max(len(c.name) for c in self.checks)
+        lines = []
+        for c in self.checks:
+            mark = "ok " if c.ok else "!! "
+            line = f"{mark}{c.name.ljust(width)}  {c.value}"
+            if c.fix:
+                line += f"  -> {c.fix}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            "<tr><td>{}</td><td style='text-align:left'>{}</td><td>{}</td>"
+            "<td style='text-align:left'>{}</td></tr>".format(
+                html.escape(c.name),
+                html.escape(c.value),
+                "&#9989;" if c.ok else "&#9888;&#65039;",
+                html.escape(c.fix),
+            )
+            for c in self.checks
+        )
+        return (
+            "<table><thead><tr><th>check</th><th style='text-align:left'>found</th>"
+            "<th></th><th style='text-align:left'>fix</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (respects affinity masks and cgroups' cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def horovod_status(timeout: float = 60.0) -> dict:
+    """Probe Horovod in a child process, so a broken build cannot crash this one."""
+    probe = (
+        "import json, os\n"
+        "import horovod, horovod.tensorflow as hvd\n"
+        "print(json.dumps({'version': horovod.__version__, 'gloo': bool(hvd.gloo_built()),"
+        " 'mpi': bool(hvd.mpi_built()), 'nccl': bool(hvd.nccl_built())}))\n"
+    )
+    env = dict(os.environ, **backend.keras_env())
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return {"usable": False, "error": f"importing horovod took over {timeout:.0f} s"}
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"exit code {proc.returncode}"
+        return {"usable": False, "error": last}
+    out = proc.stdout.strip().splitlines()[-1]
+    return {"usable": True, **json.loads(out)}
+
+
+def _device_summary(tf) -> tuple[str, int]:
+    gpus = tf.config.list_physical_devices("GPU")
+    cpus = tf.config.list_physical_devices("CPU")
+    text = f"{len(cpus)} CPU"
+    if gpus:
+        names = []
+        for gpu in gpus:
+            try:
+                names.append(tf.config.experimental.get_device_details(gpu).get("device_name", "GPU"))
+            except Exception:  # noqa: BLE001 - details are cosmetic
+                names.append("GPU")
+        text += f", {len(gpus)} GPU ({', '.join(names)})"
+    else:
+        text += ", no GPU"
+    return text, len(gpus)
+
+
+def check(*, horovod: bool = True, data: bool = True) -> EnvReport:
+    """Gather the environment facts into an `EnvReport` (imports TensorFlow)."""
+    tf = backend.tf()
+    flavour = backend.active_flavour()
+    wanted = backend.wanted_flavour()
+    devices, n_gpus = _device_summary(tf)
+    cores = usable_cores()
+    checks = [
+        Check("Python", platform.python_version()),
+        Check("TensorFlow", tf.__version__),
+        Check(
+            "Keras",
+            f"{flavour} {backend.keras_version()} ({backend.LEGACY_VAR}="
+            f"{os.environ.get(backend.LEGACY_VAR, 'unset')})",
+            ok=flavour == wanted,
+            fix=""
+            if flavour == wanted
+            else "restart the kernel and run `import ddlkit` before importing TensorFlow",
+        ),
+        Check("devices", devices),
+        Check(
+            "CPU cores",
+            str(cores),
+            ok=cores >= 2,
+            fix="" if cores >= 2 else "multi-worker notebooks want >= 2 cores to show a speed-up",
+        ),
+    ]
+    facts = {"gpus": n_gpus, "cores": cores, "keras": flavour}
+    if horovod:
+        hv = horovod_status()
+        facts["horovod"] = hv
+        if hv["usable"]:
+            ops = [k for k in ("gloo", "mpi", "nccl") if hv.get(k)]
+            checks.append(Check("Horovod", f"{hv['version']} ({', '.join(ops) or 'no controller'})"))
+        else:
+            checks.append(
+                Check(
+                    "Horovod",
+                    f"not usable: {hv['error']}",
+                    ok=False,
+                    fix="optional: only the Horovod notebook needs it; see README, section Horovod",
+                )
+            )
+    if data:
+        from ddlkit import data as data_mod
+
+        for row in data_mod.status():
+            checks.append(
+                Check(
+                    f"data: {row['name']}",
+                    f"{row['source']} ({row['state']})",
+                    ok=row["state"] == "ok",
+                    fix=row.get("fix", ""),
+                )
+            )
+    return EnvReport(tuple(checks), facts)
