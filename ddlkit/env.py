@@ -115,7 +115,8 @@ def _device_summary(tf) -> tuple[str, int]:
         names = []
         for gpu in gpus:
             try:
-                names.append(tf.config.experimental.get_device_details(gpu).get("device_name", "GPU"))
+                details = tf.config.experimental.get_device_details(gpu)
+                names.append(details.get("device_name", "GPU"))
             except Exception:  # noqa: BLE001 - details are cosmetic
                 names.append("GPU")
         text += f", {len(gpus)} GPU ({', '.join(names)})"
@@ -157,7 +158,8 @@ def check(*, horovod: bool = True, data: bool = True) -> EnvReport:
         facts["horovod"] = hv
         if hv["usable"]:
             ops = [k for k in ("gloo", "mpi", "nccl") if hv.get(k)]
-            checks.append(Check("Horovod", f"{hv['version']} ({', '.join(ops) or 'no controller'})"))
+            summary = f"{hv['version']} ({', '.join(ops) or 'no controller'})"
+            checks.append(Check("Horovod", summary))
         else:
             checks.append(
                 Check(

@@ -43,14 +43,20 @@ def show_samples(name: str, *, per_class: int = 6, seed: int = 0, split: str = "
     for ax in axes.flat:
         ax.axis("off")
     counts = {c: 0 for c in range(n_classes)}
-    for img, label in zip(images, labels):
+    for img, label in zip(images, labels, strict=True):
         col = counts[int(label)]
         counts[int(label)] += 1
         ax = axes[int(label)][col]
         ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=255)
         if col == 0:
-            ax.text(-4, img.shape[0] / 2, info.class_names[int(label)], ha="right", va="center",
-                    fontsize=8)
+            ax.text(
+                -4,
+                img.shape[0] / 2,
+                info.class_names[int(label)],
+                ha="right",
+                va="center",
+                fontsize=8,
+            )
     fig.suptitle(f"{info.display_name}: {per_class} {split} images per class", fontsize=10)
     fig.tight_layout()
     plt.close(fig)  # shown by Jupyter's display of the returned figure, once

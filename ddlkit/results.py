@@ -1,0 +1,148 @@
+"""Measured results that notebooks save and later notebooks compare against.
+
+Notebook 00 saves the single-device baseline; every strategy notebook saves
+its own run and shows it next to the baseline with `compare()`. Results are
+small JSON files under ``runs/results/`` (never pickle).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ddlkit import settings
+from ddlkit.errors import DdlkitError
+
+
+@dataclass(frozen=True)
+class Result:
+    """One measured training run, as a learner would compare it."""
+
+    name: str
+    strategy: str
+    dataset: str
+    workers: int
+    replicas: int
+    global_batch: int
+    epochs: float
+    steps: int
+    examples_per_sec: float
+    test_accuracy: float
+    train_seconds: float
+    synthetic_data: bool = False
+    notes: str = ""
+    created: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ValueError(
+                f"result name {self.name!r} must be a plain file name, e.g. 'baseline'"
+            )
+        for attr in ("workers", "replicas", "global_batch", "steps"):
+            if getattr(self, attr) < 1:
+                raise ValueError(f"{attr} must be >= 1, got {getattr(self, attr)}")
+        if not 0.0 <= self.test_accuracy <= 1.0:
+            raise ValueError(f"test_accuracy must be in [0, 1], got {self.test_accuracy}")
+        if self.examples_per_sec <= 0 or self.train_seconds <= 0:
+            raise ValueError("examples_per_sec and train_seconds must be positive")
+
+    @property
+    def label(self) -> str:
+        data = f"{self.dataset} (synthetic stand-in)" if self.synthetic_data else self.dataset
+        return f"{self.strategy} x{self.replicas} on {data}"
+
+    def _repr_html_(self) -> str:
+        return table([self])
+
+
+def results_dir() -> Path:
+    return settings.runs_dir() / "results"
+
+
+def save(result: Result, directory: Path | None = None) -> Path:
+    """Write `result` as JSON, atomically, and return its path."""
+    directory = Path(directory) if directory else results_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{result.name}.json"
+    tmp = path.with_suffix(f".json.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(result), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def load(name: str, directory: Path | None = None) -> Result:
+    directory = Path(directory) if directory else results_dir()
+    path = directory / f"{name}.json"
+    if not path.exists():
+        have = sorted(p.stem for p in directory.glob("*.json")) if directory.exists() else []
+        hint = (
+            "run notebooks/00_start_here.ipynb to measure the baseline"
+            if name == "baseline"
+            else "run the notebook that saves it"
+        )
+        raise DdlkitError(
+            f"no saved result {name!r} in {directory} (saved: {', '.join(have) or 'none'}). "
+            f"Fix: {hint}."
+        )
+    raw = json.loads(path.read_text())
+    known = {f.name for f in fields(Result)}
+    return Result(**{k: v for k, v in raw.items() if k in known})
+
+
+def table(results: list[Result], baseline: Result | None = None) -> str:
+    """An HTML table of results; with a baseline, speed-up and accuracy change too."""
+    head = ["run", "strategy", "replicas", "global batch", "examples/s", "test acc", "train s"]
+    if baseline:
+        head += ["speed-up", "acc change"]
+    rows = []
+    for r in results:
+        cells = [
+            r.name,
+            r.label,
+            str(r.replicas),
+            str(r.global_batch),
+            f"{r.examples_per_sec:,.0f}",
+            f"{r.test_accuracy:.4f}",
+            f"{r.train_seconds:.1f}",
+        ]
+        if baseline:
+            cells += [
+                f"{r.examples_per_sec / baseline.examples_per_sec:.2f}x",
+                f"{r.test_accuracy - baseline.test_accuracy:+.4f}",
+            ]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+class Comparison:
+    """Results side by side with the baseline; shows as a table in a notebook."""
+
+    def __init__(self, results: list[Result], baseline: Result | None) -> None:
+        self.results = results
+        self.baseline = baseline
+
+    def _repr_html_(self) -> str:
+        rows = ([self.baseline] if self.baseline else []) + self.results
+        return table(rows, self.baseline)
+
+    def __repr__(self) -> str:
+        base = self.baseline
+        lines = []
+        for r in ([base] if base else []) + self.results:
+            speed = f"  {r.examples_per_sec / base.examples_per_sec:.2f}x" if base else ""
+            lines.append(
+                f"{r.name:<16} {r.label:<40} {r.examples_per_sec:>10,.0f} ex/s  "
+                f"acc {r.test_accuracy:.4f}{speed}"
+            )
+        return "\n".join(lines)
+
+
+def compare(*results: Result, baseline: str | Result | None = "baseline") -> Comparison:
+    """Show `results` next to the saved baseline (or the given one)."""
+    base = load(baseline) if isinstance(baseline, str) else baseline
+    return Comparison(list(results), base)
