@@ -21,3 +21,32 @@ class MissingSystemPackageError(DdlkitError):
 
 class ConfigError(DdlkitError, ValueError):
     """A configuration value is invalid."""
+
+
+class WorkerFailedError(DdlkitError):
+    """A worker of a job exited non-zero or was killed; the job stopped the others.
+
+    ``worker``, ``exit_code`` (negative: killed by signal ``signal_name``),
+    ``log_path`` and ``log_tail`` (its last lines) say what happened.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker: str,
+        exit_code: int,
+        signal_name: str | None,
+        log_path: str,
+        log_tail: str,
+    ) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.exit_code = exit_code
+        self.signal_name = signal_name
+        self.log_path = log_path
+        self.log_tail = log_tail
+
+
+class JobTimeoutError(DdlkitError, TimeoutError):
+    """``Job.wait(timeout=...)`` ran out of time; the workers are still running."""

@@ -1,0 +1,40 @@
+"""Start, watch and stop a job of worker processes (strategy-agnostic: it runs specs).
+
+>>> spec = JobSpec(run_id, run_dir, workers=(WorkerSpec("worker-0", argv, env, cwd, log), ...))
+>>> with Job.start(spec) as job:
+...     result = job.wait()
+
+Modules: :mod:`.spec` (what to run, pure data), :mod:`.process` (the one place that
+forks, signals and reaps), :mod:`.job` (the running job), :mod:`.runs` (run ids,
+run directory layout, ``job.json``).
+"""
+
+from __future__ import annotations
+
+from ddlkit.launch.job import Job, JobResult, StatusTable, WorkerStatus
+from ddlkit.launch.runs import (
+    RunInfo,
+    list_runs,
+    log_path,
+    metrics_dir,
+    new_run_id,
+    runs_table,
+)
+from ddlkit.launch.spec import JobSpec, WorkerSpec, thread_env, worker_env
+
+__all__ = [
+    "Job",
+    "JobResult",
+    "JobSpec",
+    "RunInfo",
+    "StatusTable",
+    "WorkerSpec",
+    "WorkerStatus",
+    "list_runs",
+    "log_path",
+    "metrics_dir",
+    "new_run_id",
+    "runs_table",
+    "thread_env",
+    "worker_env",
+]

@@ -1,0 +1,303 @@
+"""The one place where worker processes are started, signalled and reaped.
+
+Children die with their parent, two ways:
+
+- Each worker runs in its own session and process group (``start_new_session``),
+  so :meth:`WorkerProcess.signal` reaches everything the worker started, and a
+  Ctrl-C or a Jupyter "interrupt kernel" (SIGINT to the kernel's group) does not
+  hit workers behind the job's back: the job stops them itself.
+- Each worker asks Linux to send it SIGKILL when its parent dies
+  (``prctl(PR_SET_PDEATHSIG)`` between fork and exec), so killing or restarting the
+  launching process (a notebook kernel) leaves no orphan workers. Linux sends that
+  signal when the *thread* that forked the child ends, not the process; so every
+  worker is forked by one daemon thread, ``ddlkit-spawner``, that lives until the
+  process exits. A job started from a short-lived thread (a callback, an executor)
+  therefore keeps its workers. The death signal covers the worker itself; processes
+  the worker starts are reached by the group signal while the launcher lives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ddlkit.errors import ConfigError
+from ddlkit.launch.spec import JobSpec, WorkerSpec
+
+T = TypeVar("T")
+_PR_SET_PDEATHSIG = 1
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+# Python options that take the next argument as their value.
+_PYTHON_VALUE_OPTS = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_prctl = _load_prctl()
+
+
+class _Spawner:
+    """Runs callables on one daemon thread that lives as long as the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="ddlkit-spawner", daemon=True
+                )
+                self._thread.start()
+        future: Future[T] = Future()
+        self._queue.put((fn, future))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            fn, future = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                future.set_exception(exc)
+
+    def _after_fork(self) -> None:
+        # A forked child has no copy of the thread; start a fresh one on demand.
+        self.__init__()
+
+
+_spawner = _Spawner()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_spawner._after_fork)
+
+
+def _child_setup(parent_pid: int, cpus: tuple[int, ...] | None) -> Callable[[], None]:
+    """The function run in the child between fork and exec."""
+
+    def setup() -> None:
+        if _prctl is not None:
+            if _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+            if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                os._exit(128 + signal.SIGKILL)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """``"SIGKILL"`` for a return code of -9; None when the process was not signalled."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class WorkerProcess:
+    """A started worker: its Popen, times, and whether the job asked it to stop."""
+
+    def __init__(self, spec: WorkerSpec, popen: subprocess.Popen, started_at: float) -> None:
+        self.spec = spec
+        self.popen = popen
+        self.pid = popen.pid
+        self.started_at = started_at
+        self.ended_at: float | None = None
+        self.stop_requested = False
+        self._lock = threading.Lock()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        """Return code if the worker has ended (reaping it), else None.
+
+        Before reaping, anything still in the worker's process group gets SIGKILL:
+        while the ended worker is an unreaped zombie its group id cannot be reused,
+        so the signal reaches only the worker's own leftovers.
+        """
+        with self._lock:
+            if self.popen.returncode is not None:
+                return self.popen.returncode
+            try:
+                info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = True  # already reaped elsewhere: let Popen record the code
+            if info is None:
+                return None
+            self._killpg(signal.SIGKILL)
+            code = self.popen.poll()
+            if code is not None and self.ended_at is None:
+                self.ended_at = time.time()
+            return code
+
+    def wait_ended(self, timeout: float) -> int | None:
+        """Poll until the worker has ended or ``timeout`` seconds passed; its return code."""
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return code
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the worker's whole process group, if it is still running."""
+        with self._lock:
+            if self.popen.returncode is None:
+                self._killpg(sig)
+
+    def _killpg(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is already empty
+
+
+def _is_python(exe: str) -> bool:
+    return bool(_PYTHON.fullmatch(Path(exe).name)) or exe == sys.executable
+
+
+def python_script(argv: Sequence[str]) -> str | None:
+    """The script of a ``python [options] script.py`` command; None for -c, -m, - or not python."""
+    if not _is_python(argv[0]):
+        return None
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-c", "-m", "-"):
+            return None
+        if arg in _PYTHON_VALUE_OPTS:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def check_startable(job: JobSpec, envs: Mapping[str, Mapping[str, str]]) -> None:
+    """Raise ConfigError for the first reason a worker of ``job`` could not start.
+
+    Reads the file system but changes nothing. ``envs`` maps worker names to their
+    whole environment (for the PATH that finds argv[0]).
+    """
+    allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    for w in job.workers:
+        where = f"worker {w.name!r}"
+        if not w.cwd.is_dir():
+            raise ConfigError(
+                f"{where}: working directory {str(w.cwd)!r} does not exist. "
+                f"Fix: create it or pass an existing cwd."
+            )
+        exe = w.argv[0]
+        if os.sep in exe:
+            path = w.cwd / exe
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                raise ConfigError(
+                    f"{where}: program {exe!r} is not an executable file (looked in "
+                    f"{str(w.cwd)!r}). Fix: give the path of an executable, e.g. {sys.executable}."
+                )
+        elif shutil.which(exe, path=envs[w.name].get("PATH", os.defpath)) is None:
+            raise ConfigError(
+                f"{where}: program {exe!r} is not on the worker's PATH. "
+                f"Fix: give its full path, e.g. {sys.executable} for Python."
+            )
+        script = python_script(w.argv)
+        if script is not None and not (w.cwd / script).is_file():
+            raise ConfigError(
+                f"{where}: script {script!r} does not exist (looked in {str(w.cwd)!r}). "
+                f"Fix: pass the path of an existing .py file, absolute or relative to cwd."
+            )
+        if w.cpus is not None:
+            if allowed is None:
+                raise ConfigError(
+                    f"{where}: cpus={w.cpus} but core pinning needs Linux. Fix: pass cpus=None."
+                )
+            missing = sorted(set(w.cpus) - allowed)
+            if missing:
+                raise ConfigError(
+                    f"{where}: cpus={w.cpus} includes cores {missing} this machine does not "
+                    f"offer (available: {sorted(allowed)}). Fix: choose cores from that list."
+                )
+
+
+def _start_one(spec: WorkerSpec, env: Mapping[str, str], parent_pid: int) -> WorkerProcess:
+    with open(spec.log_path, "wb", buffering=0) as log:
+        started_at = time.time()
+        popen = subprocess.Popen(
+            list(spec.argv),
+            cwd=spec.cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_child_setup(parent_pid, spec.cpus),
+        )
+    return WorkerProcess(spec, popen, started_at)
+
+
+def _kill_now(procs: Sequence[WorkerProcess]) -> None:
+    for p in procs:
+        p.signal(signal.SIGKILL)
+    for p in procs:
+        p.wait_ended(timeout=10.0)
+
+
+def start_workers(
+    workers: Sequence[WorkerSpec], envs: Mapping[str, Mapping[str, str]]
+) -> list[WorkerProcess]:
+    """Start every worker from the spawner thread; all or none (a failure kills the rest).
+
+    A KeyboardInterrupt while waiting for the spawner kills whatever it starts.
+    """
+    parent_pid = os.getpid()
+
+    def start_all() -> list[WorkerProcess]:
+        started: list[WorkerProcess] = []
+        try:
+            for w in workers:
+                started.append(_start_one(w, envs[w.name], parent_pid))
+        except BaseException as exc:
+            _kill_now(started)
+            name = workers[len(started)].name
+            raise ConfigError(
+                f"worker {name!r} could not be started ({exc}); no worker was left running. "
+                f"Fix: check its argv {list(workers[len(started)].argv)!r} and cwd."
+            ) from exc
+        return started
+
+    def kill_when_started(future: Future[list[WorkerProcess]]) -> None:
+        if future.exception() is None:
+            _kill_now(future.result())
+
+    future = _spawner.submit(start_all)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.add_done_callback(kill_when_started)
+        raise
