@@ -17,6 +17,8 @@ import os
 import sys
 import warnings
 
+from ddlkit.errors import ConfigError
+
 LEGACY_VAR = "TF_USE_LEGACY_KERAS"
 CHOICE_VAR = "DDLKIT_KERAS"
 
@@ -29,7 +31,7 @@ def wanted_flavour(environ: dict[str, str] | None = None) -> str:
         return "tf-keras"
     if choice in ("3", "keras3", "keras"):
         return "keras3"
-    raise ValueError(
+    raise ConfigError(
         f"{CHOICE_VAR}={choice!r} is not a Keras choice. Fix: set {CHOICE_VAR}=2 for tf-keras "
         f"(the default, needed for multi-worker and parameter-server training) or "
         f"{CHOICE_VAR}=3 for Keras 3."
