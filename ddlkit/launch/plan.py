@@ -1,0 +1,230 @@
+"""From a strategy and a worker count to the processes to start (pure data).
+
+`LaunchConfig` is what a user asks for (`ddlkit launch` flags or the notebook
+call); `plan()` turns it, with a cluster spec and the machine's devices, into a
+`JobSpec`: one `WorkerSpec` per process with its argv, TF_CONFIG or Horovod
+arguments, Keras choice, metrics address, cores and threads. Nothing here
+starts a process; `ddlkit.launch.run` does.
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddlkit import backend
+from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hosts, task_name
+from ddlkit.errors import ConfigError
+from ddlkit.launch import devices as dev
+from ddlkit.launch.runs import log_path
+from ddlkit.launch.spec import JobSpec, WorkerSpec
+
+STRATEGIES = ("mirrored", "multi_worker", "parameter_server", "horovod")
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+STRATEGY_VAR = "DDLKIT_STRATEGY"
+REPLICAS_VAR = "DDLKIT_REPLICAS"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What to run and how: checked on creation, shown as a table in a notebook."""
+
+    script: Path
+    strategy: str = "multi_worker"
+    workers: int = 2
+    args: tuple[str, ...] = ()
+    hosts: tuple[Host, ...] | str | None = None
+    ps: int = 1
+    python: str = sys.executable
+    pin_cores: bool = True
+    label: str = ""
+    keras: str = field(default_factory=backend.wanted_flavour)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"unknown strategy {self.strategy!r}. Fix: use one of {', '.join(STRATEGIES)}."
+            )
+        if type(self.workers) is not int or self.workers < 1:
+            raise ConfigError(
+                f"workers={self.workers!r}: a job needs at least one worker. "
+                f"Fix: pass -n 1 or more."
+            )
+        script = Path(self.script).expanduser()
+        if not script.is_file():
+            raise ConfigError(
+                f"script {str(self.script)!r} not found (looked for {script.resolve()}). "
+                f"Fix: pass the path of a Python file, e.g. launch/train_multi_worker.py."
+            )
+        object.__setattr__(self, "script", script.resolve())
+        if isinstance(self.args, str):
+            raise ConfigError(
+                f"args must be a list of arguments, not the string {self.args!r}. "
+                f"Fix: pass e.g. ['--epochs', '2']."
+            )
+        object.__setattr__(self, "args", tuple(str(a) for a in self.args))
+        hosts = parse_hosts(self.hosts) if isinstance(self.hosts, str) else self.hosts
+        if hosts is not None:
+            hosts = tuple(hosts)
+            remote = [h.name for h in hosts if h.name not in LOCAL_NAMES]
+            if remote and self.strategy != "horovod":
+                raise ConfigError(
+                    f"hosts {', '.join(remote)} are not this machine; this version of ddlkit "
+                    f"starts TensorFlow workers on localhost only. Fix: use -H localhost:N, or "
+                    f"the horovod strategy, which hands the hosts to horovodrun."
+                )
+        object.__setattr__(self, "hosts", hosts)
+        if self.strategy == "parameter_server":
+            if type(self.ps) is not int or self.ps < 1:
+                raise ConfigError(
+                    f"ps={self.ps!r}: ParameterServerStrategy needs at least one parameter "
+                    f"server. Fix: pass --ps 1 or more."
+                )
+        if self.hosts is not None:
+            slots = sum(h.slots for h in self.hosts)
+            need = self.processes
+            if need > slots:
+                raise ConfigError(
+                    f"{self.strategy} with {self.workers} workers needs {need} processes but "
+                    f"hosts {format_hosts(self.hosts)!r} give {slots} slots. Fix: add slots "
+                    f"(e.g. -H localhost:{need}) or ask for fewer workers."
+                )
+        backend.keras_env(self.keras)
+
+    @property
+    def processes(self) -> int:
+        """How many processes the strategy starts (horovodrun's ranks counted)."""
+        if self.strategy == "mirrored":
+            return 1
+        if self.strategy == "parameter_server":
+            return self.workers + self.ps + 1
+        return self.workers
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = [
+            ("strategy", self.strategy),
+            ("workers", str(self.workers)),
+            ("processes", str(self.processes)),
+            ("script", str(self.script)),
+            ("args", " ".join(self.args) or "(none)"),
+            ("hosts", format_hosts(self.hosts) if self.hosts else "localhost"),
+            ("Keras", self.keras),
+        ]
+        if self.strategy == "parameter_server":
+            rows.insert(2, ("parameter servers", str(self.ps)))
+        return rows
+
+    def _repr_html_(self) -> str:
+        body = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in self.rows()
+        )
+        return f"<table>{body}</table>"
+
+
+def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | None:
+    """The TF cluster the strategy needs, with free local ports; None if it needs none."""
+    if config.strategy == "multi_worker":
+        return ClusterSpec.local(workers=config.workers, host=host)
+    if config.strategy == "parameter_server":
+        return ClusterSpec.local(workers=config.workers, ps=config.ps, chief=True, host=host)
+    return None
+
+
+def horovodrun_argv(config: LaunchConfig, horovodrun: str) -> list[str]:
+    hosts = format_hosts(config.hosts) if config.hosts else f"localhost:{config.workers}"
+    return [
+        horovodrun,
+        "-np",
+        str(config.workers),
+        "-H",
+        hosts,
+        "--gloo",
+        config.python,
+        str(config.script),
+        *config.args,
+    ]
+
+
+def plan(
+    config: LaunchConfig,
+    cluster: ClusterSpec | None,
+    *,
+    run_id: str,
+    run_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    cores: tuple[int, ...] = (),
+    gpus: tuple[str, ...] = (),
+    horovodrun: str | None = None,
+) -> JobSpec:
+    """The JobSpec for `config` (pure: every input is given)."""
+    run_dir = Path(run_dir)
+    common = {
+        **backend.keras_env(config.keras),
+        STRATEGY_VAR: config.strategy,
+        **(extra_env or {}),
+    }
+    argv = (config.python, str(config.script), *config.args)
+
+    def spec(
+        name: str,
+        env: dict,
+        devices: dev.Devices,
+        *,
+        service: bool = False,
+        command: tuple[str, ...] = argv,
+    ) -> WorkerSpec:
+        cpus = devices.cpus if config.pin_cores else None
+        return WorkerSpec(
+            name=name,
+            argv=command,
+            env={**common, **devices.env(), **env},
+            cwd=run_dir / "work" / name,
+            log_path=log_path(run_dir, name),
+            cpus=cpus,
+            threads=devices.threads,
+            service=service,
+        )
+
+    if config.strategy == "mirrored":
+        devices = dev.Devices(None, len(cores) or None, gpus[: config.workers] or None)
+        workers = [spec("main", {REPLICAS_VAR: str(config.workers)}, devices)]
+    elif config.strategy == "horovod":
+        if horovodrun is None:
+            raise ConfigError(
+                "horovodrun was not found on PATH, so the horovod strategy cannot start. "
+                "Fix: install Horovod into this environment (see README, section Horovod)."
+            )
+        devices = dev.Devices(None, None, None)
+        workers = [
+            spec("horovodrun", {}, devices, command=tuple(horovodrun_argv(config, horovodrun)))
+        ]
+    else:
+        if cluster is None:
+            raise ConfigError(
+                f"{config.strategy} needs a cluster spec; build it with cluster_for()"
+            )
+        compute = [t for t in cluster.tasks if t.role == "worker"]
+        # Workers compute; a PS chief only coordinates and ps tasks only serve variables,
+        # so they get one thread each and no cores of their own.
+        shares = dev.assign(len(compute), cores, gpus)
+        by_name = {task_name(t): d for t, d in zip(compute, shares, strict=True)}
+        workers = []
+        for task in cluster.tasks:
+            name = task_name(task)
+            devices = by_name.get(name, dev.Devices(None, 1, () if gpus else None))
+            service = config.strategy == "parameter_server" and task.role != "chief"
+            workers.append(spec(name, cluster.env(task), devices, service=service))
+    return JobSpec(run_id=run_id, run_dir=run_dir, workers=tuple(workers))
+
+
+def find_horovodrun(python: str) -> str | None:
+    """horovodrun next to `python` (the venv's), else on PATH."""
+    beside = Path(python).parent / "horovodrun"
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("horovodrun")

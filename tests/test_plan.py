@@ -1,0 +1,147 @@
+"""Strategy -> processes, as pure data: argv, TF_CONFIG, Keras choice, cores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddlkit.errors import ConfigError
+from ddlkit.launch import devices as dev
+from ddlkit.launch import plan as p
+
+SCRIPT = Path(__file__)
+
+
+def _plan(strategy, workers=2, cores=(0, 1), gpus=(), **kw):
+    cfg = p.LaunchConfig(script=SCRIPT, strategy=strategy, workers=workers, **kw)
+    return cfg, p.plan(
+        cfg,
+        p.cluster_for(cfg),
+        run_id="r1",
+        run_dir=Path("/tmp/ddlkit-plan-test"),
+        cores=cores,
+        gpus=gpus,
+        horovodrun="/opt/hvd/horovodrun",
+        extra_env={"DDLKIT_COLLECTOR": "127.0.0.1:5000", "DDLKIT_TOKEN": "t"},
+    )
+
+
+def test_multi_worker_gives_each_worker_its_tf_config_and_own_core():
+    _, job = _plan("multi_worker", args=("--epochs", "1"))
+    assert job.names == ("worker-0", "worker-1")
+    configs = [json.loads(w.env["TF_CONFIG"]) for w in job.workers]
+    assert configs[0]["cluster"] == configs[1]["cluster"]
+    assert [c["task"] for c in configs] == [
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+    ]
+    assert [w.cpus for w in job.workers] == [(0,), (1,)]
+    assert all(w.threads == 1 for w in job.workers)
+    for w in job.workers:
+        assert w.argv[1:] == (str(SCRIPT), "--epochs", "1")
+        assert w.env["TF_USE_LEGACY_KERAS"] == "1"
+        assert w.env["DDLKIT_COLLECTOR"] == "127.0.0.1:5000"
+        assert w.cwd == Path("/tmp/ddlkit-plan-test/work") / w.name
+        assert not w.service
+
+
+def test_parameter_server_ends_servers_after_the_chief():
+    cfg, job = _plan("parameter_server", ps=2)
+    assert cfg.processes == 5
+    roles = {w.name: json.loads(w.env["TF_CONFIG"])["task"]["type"] for w in job.workers}
+    assert roles == {
+        "chief-0": "chief",
+        "ps-0": "ps",
+        "ps-1": "ps",
+        "worker-0": "worker",
+        "worker-1": "worker",
+    }
+    services = {w.name for w in job.workers if w.service}
+    assert services == {"ps-0", "ps-1", "worker-0", "worker-1"}
+    pinned = {w.name: w.cpus for w in job.workers}
+    assert pinned["worker-0"] == (0,) and pinned["worker-1"] == (1,)
+    assert pinned["chief-0"] is None and pinned["ps-0"] is None
+
+
+def test_mirrored_is_one_process_with_the_replica_count():
+    _, job = _plan("mirrored", workers=3)
+    (main,) = job.workers
+    assert main.env["DDLKIT_REPLICAS"] == "3"
+    assert "TF_CONFIG" not in main.env
+    assert main.threads == 2
+
+
+def test_horovod_runs_horovodrun_with_gloo_and_the_hosts():
+    _, job = _plan("horovod", workers=2, hosts="localhost:2")
+    (hvd,) = job.workers
+    assert hvd.argv[:7] == (
+        "/opt/hvd/horovodrun",
+        "-np",
+        "2",
+        "-H",
+        "localhost:2",
+        "--gloo",
+        hvd.argv[6],
+    )
+    assert hvd.argv[7] == str(SCRIPT)
+
+
+def test_horovod_without_horovodrun_says_how_to_get_it():
+    cfg = p.LaunchConfig(script=SCRIPT, strategy="horovod", workers=2)
+    with pytest.raises(ConfigError, match="horovodrun was not found"):
+        p.plan(cfg, None, run_id="r", run_dir=Path("/tmp/x"), horovodrun=None)
+
+
+def test_gpus_are_sliced_and_never_pinned():
+    _, job = _plan("multi_worker", workers=2, gpus=("0", "1", "2", "3"))
+    assert [w.env["CUDA_VISIBLE_DEVICES"] for w in job.workers] == ["0,1", "2,3"]
+    assert all(w.cpus is None for w in job.workers)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"strategy": "nccl_magic"}, "unknown strategy 'nccl_magic'"),
+        ({"workers": 0}, "at least one worker"),
+        ({"script": Path("no/such/train.py")}, "not found"),
+        ({"hosts": "localhost:1", "workers": 2}, "give 1 slots"),
+        ({"hosts": "h1:x"}, "slots must be"),
+        ({"hosts": "10.0.0.7:2"}, "not this machine"),
+        ({"strategy": "parameter_server", "ps": 0}, "at least one parameter server"),
+        ({"args": "--epochs 2"}, "list of arguments"),
+    ],
+)
+def test_bad_input_is_one_clear_error(kw, message):
+    kw = {"script": SCRIPT, **kw}
+    with pytest.raises(ConfigError, match=message) as err:
+        p.LaunchConfig(**kw)
+    assert "Fix" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "n, cores, gpus, expect",
+    [
+        (2, (0, 1), (), [((0,), 1, None), ((1,), 1, None)]),
+        (1, (0, 1), (), [((0, 1), 2, None)]),
+        (3, (0, 1), (), [(None, 1, None)] * 3),
+        (2, (0, 1), ("0",), [(None, None, ("0",)), (None, None, ("0",))]),
+    ],
+)
+def test_device_assignment(n, cores, gpus, expect):
+    got = [(d.cpus, d.threads, d.gpus) for d in dev.assign(n, cores, gpus)]
+    assert got == expect
+
+
+def test_visible_gpus_parsing():
+    assert dev.parse_visible_gpus(None) is None
+    assert dev.parse_visible_gpus("") == ()
+    assert dev.parse_visible_gpus("-1") == ()
+    assert dev.parse_visible_gpus("0, 2") == ("0", "2")
+
+
+def test_config_shows_as_a_table():
+    cfg = p.LaunchConfig(script=SCRIPT, strategy="parameter_server", workers=2)
+    html = cfg._repr_html_()
+    assert "parameter servers" in html and "parameter_server" in html
