@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 
 class DdlkitError(Exception):
     """Base class: a problem the user can fix, explained in one message."""
@@ -21,6 +23,14 @@ class MissingSystemPackageError(DdlkitError):
 
 class ConfigError(DdlkitError, ValueError):
     """A configuration value is invalid."""
+
+
+class UnsafePickleError(DataError, pickle.UnpicklingError):
+    """A pickle asked for something the restricted unpickler does not admit."""
+
+
+class RecordError(DdlkitError, ValueError):
+    """A metric record (one JSON line) is malformed or not a version-1 record."""
 
 
 class WorkerFailedError(DdlkitError):

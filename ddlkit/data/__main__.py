@@ -1,0 +1,42 @@
+"""``python -m ddlkit.data prepare [--force] [NAME ...]`` and ``python -m ddlkit.data status``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ddlkit.data.build import prepare
+from ddlkit.data.catalog import NAMES
+from ddlkit.data.status import status
+from ddlkit.errors import DdlkitError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ddlkit.data", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="build the offline data cache (idempotent)")
+    prep.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)}")
+    prep.add_argument(
+        "--force", action="store_true", help="rebuild even good entries; move corrupt ones aside"
+    )
+    st = sub.add_parser("status", help="what load() would use for each data set")
+    st.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "prepare":
+            table = prepare(args.names or None, force=args.force, echo=print)
+        else:
+            table = status(args.names or None)
+    except DdlkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
