@@ -1,0 +1,192 @@
+"""Run a strategy: plan it, start the collector and the workers, watch them.
+
+This is the one place that puts the pieces together; the notebook call and
+``ddlkit launch`` both come here::
+
+    run = dk.launch.start("../launch/train_multi_worker.py", strategy="multi_worker",
+                          workers=2, args=["--epochs", "1"])
+    run.dashboard()        # live curves of every worker
+    result = run.wait()    # raises WorkerFailedError if a worker fails
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from ddlkit import settings
+from ddlkit.cluster import ClusterSpec
+from ddlkit.launch import devices, plan
+from ddlkit.launch.job import Job, JobResult, WorkerStatus
+from ddlkit.launch.runs import new_run_id
+from ddlkit.metrics import Collector, Record
+
+
+class Run:
+    """A started job with its cluster, its metrics collector and (once asked) its dashboard."""
+
+    def __init__(
+        self,
+        config: plan.LaunchConfig,
+        cluster: ClusterSpec | None,
+        job: Job,
+        collector: Collector | None,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.job = job
+        self.collector = collector
+        self._dashboard = None
+
+    # -- reading --------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.job.run_id
+
+    @property
+    def run_dir(self) -> Path:
+        return self.job.run_dir
+
+    def status(self) -> dict[str, WorkerStatus]:
+        return self.job.status()
+
+    def status_table(self):
+        return self.job.status_table()
+
+    def tail(self, worker: str, n: int = 20) -> str:
+        return self.job.tail(worker, n)
+
+    def records(self, worker: str | None = None) -> list[Record]:
+        return self.collector.records(worker) if self.collector else []
+
+    def results(self) -> dict[str, dict]:
+        """What each worker saved with its final report (launch/_common.py)."""
+        out = {}
+        for path in sorted((self.run_dir / "results").glob("*.json")):
+            out[path.stem] = json.loads(path.read_text())
+        return out
+
+    def _process_status(self) -> dict[str, dict[str, object]]:
+        return {
+            name: {"state": s.state, "exit_code": s.exit_code}
+            for name, s in self.job.status().items()
+        }
+
+    # -- acting ---------------------------------------------------------------------------
+    def dashboard(self, title: str | None = None, **kwargs):
+        """Show the live dashboard of this run (one per run; later calls return it)."""
+        if self.collector is None:
+            raise RuntimeError("this run was started with live=False, so it has no dashboard")
+        if self._dashboard is None:
+            from ddlkit.metrics import Dashboard
+
+            title = title or f"{self.config.strategy} x{self.config.workers}: {self.run_id}"
+            self._dashboard = Dashboard(title, run_dir=self.run_dir, **kwargs)
+            self._dashboard.follow(self.collector, self._process_status)
+        return self._dashboard
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Wait for the job; a failing worker stops the others and raises."""
+        try:
+            return self.job.wait(timeout=timeout)
+        finally:
+            if self.job.done:
+                self._finish()
+
+    def stop(self) -> JobResult:
+        try:
+            return self.job.stop()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._dashboard is not None:
+            self._dashboard.finish()
+        if self.collector is not None:
+            self.collector.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _repr_html_(self) -> str:
+        parts = [
+            f"<b>run {html.escape(self.run_id)}</b> in <code>{html.escape(str(self.run_dir))}"
+            "</code>",
+            self.config._repr_html_(),
+        ]
+        if self.cluster is not None:
+            parts.append(self.cluster._repr_html_())
+        parts.append(self.job.status_table()._repr_html_())
+        return "<br>".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r}, strategy={self.config.strategy!r}, state={self.job.state!r})"
+
+
+def start(
+    script: str | Path,
+    *,
+    strategy: str = "multi_worker",
+    workers: int = 2,
+    args: Sequence[str] = (),
+    hosts: str | None = None,
+    ps: int = 1,
+    label: str = "",
+    live: bool = True,
+    pin_cores: bool = True,
+    runs_dir: str | Path | None = None,
+    collector_host: str = "127.0.0.1",
+    token: str | None = None,
+) -> Run:
+    """Start `script` under `strategy` with `workers` workers; returns at once.
+
+    Everything is checked before anything starts: a bad argument raises one
+    ConfigError and leaves nothing running.
+    """
+    config = plan.LaunchConfig(
+        script=Path(script),
+        strategy=strategy,
+        workers=workers,
+        args=tuple(args),
+        hosts=hosts,
+        ps=ps,
+        pin_cores=pin_cores,
+        label=label,
+    )
+    run_id = new_run_id(label or f"{strategy}-{workers}")
+    run_dir = Path(runs_dir or settings.runs_dir()) / run_id
+    horovodrun = plan.find_horovodrun(config.python) if strategy == "horovod" else None
+    cluster = plan.cluster_for(config)
+    collector = Collector(run_dir, host=collector_host, token=token) if live else None
+    try:
+        spec = plan.plan(
+            config,
+            cluster,
+            run_id=run_id,
+            run_dir=run_dir,
+            extra_env=collector.env() if collector else {},
+            cores=devices.local_cores(),
+            gpus=devices.local_gpus(),
+            horovodrun=horovodrun,
+        )
+        for worker in spec.workers:
+            worker.cwd.mkdir(parents=True, exist_ok=True)
+        job = Job.start(spec, progress_fn=_progress(collector) if collector else None)
+    except BaseException:
+        if collector is not None:
+            collector.close()
+        raise
+    return Run(config, cluster, job, collector)
+
+
+def _progress(collector: Collector):
+    def step(worker: str) -> int | None:
+        record = collector.latest(worker)
+        return None if record is None else record.step
+
+    return step

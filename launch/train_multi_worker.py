@@ -1,0 +1,58 @@
+"""Train a CNN with MultiWorkerMirroredStrategy: one process per worker.
+
+Lines that exist only for distribution end with ``# [dist]``; everything else
+is launch/train_single.py.
+
+Launch:
+    ddlkit launch --strategy multi_worker -n 2 launch/train_multi_worker.py -- --epochs 1
+
+By hand, one shell per worker (TF_CONFIG differs only in the task index):
+    export TF_USE_LEGACY_KERAS=1
+    TF_CONFIG='{"cluster": {"worker": ["localhost:12345", "localhost:12346"]},
+                "task": {"type": "worker", "index": 0}}' python launch/train_multi_worker.py
+    TF_CONFIG='{"cluster": {"worker": ["localhost:12345", "localhost:12346"]},
+                "task": {"type": "worker", "index": 1}}' python launch/train_multi_worker.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+from _common import parse_args, report, test_accuracy
+
+import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
+from ddlkit import data, metrics, models
+from ddlkit.data import pipeline
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, __doc__)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
+    replicas = strategy.num_replicas_in_sync  # [dist]
+    workers = strategy.extended._num_workers  # [dist]
+    global_batch = args.batch_size * replicas  # [dist] per-replica batch x replicas
+    (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
+    train = pipeline.for_strategy(  # [dist] each worker reads its own shard
+        strategy, x_train, y_train, per_replica_batch=args.batch_size, repeat=True
+    )
+    steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
+    with strategy.scope():  # [dist] variables are mirrored on every replica
+        model = models.for_dataset(args.dataset, seed=args.seed)
+        models.compile_classifier(model, args.lr * replicas)  # [dist] lr scales with batch
+    start = time.perf_counter()
+    model.fit(
+        train,
+        epochs=args.epochs,
+        steps_per_epoch=steps,
+        verbose=0,
+        callbacks=[metrics.KerasReporter(batch_size=global_batch // workers)],
+    )
+    seconds = time.perf_counter() - start
+    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
+    report({"test_accuracy": accuracy, "train_seconds": seconds, "replicas": replicas})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

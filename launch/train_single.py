@@ -1,0 +1,41 @@
+"""Train a CNN on one device: the baseline every other script is compared with.
+
+Launch:
+    python launch/train_single.py --epochs 1
+    ddlkit launch --strategy mirrored -n 1 launch/train_single.py -- --epochs 1
+"""
+
+from __future__ import annotations
+
+import time
+
+from _common import parse_args, report, test_accuracy
+
+import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
+from ddlkit import data, metrics, models
+from ddlkit.data import pipeline
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, __doc__)
+    (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
+    train = pipeline.make_dataset(x_train, y_train, batch_size=args.batch_size, repeat=True)
+    steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
+    model = models.for_dataset(args.dataset, seed=args.seed)
+    models.compile_classifier(model, args.lr)
+    start = time.perf_counter()
+    model.fit(
+        train,
+        epochs=args.epochs,
+        steps_per_epoch=steps,
+        verbose=0,
+        callbacks=[metrics.KerasReporter(batch_size=args.batch_size)],
+    )
+    seconds = time.perf_counter() - start
+    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
+    report({"test_accuracy": accuracy, "train_seconds": seconds, "replicas": 1})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
