@@ -51,7 +51,7 @@ def main():
     multi_worker_dataset = dataset(global_batch_size)
     with strategy.scope():
         multi_worker_model = build_and_compile_model()
-    history = multi_worker_model.fit(multi_worker_dataset, epochs=2, steps_per_epoch=20)
+    history = multi_worker_model.fit(multi_worker_dataset, epochs=2, steps_per_epoch=5)
     print("final loss", history.history["loss"][-1])
 
 

@@ -1,0 +1,198 @@
+"""The ``ddlkit`` command: a thin front end over the functions notebooks call.
+
+    ddlkit launch --strategy multi_worker -n 2 launch/train_multi_worker.py -- --epochs 1
+    ddlkit runs
+    ddlkit plot RUN [-o figure.png]
+    ddlkit env
+    ddlkit data {prepare,status}
+
+Exit codes: 0 success, 1 a worker or the run failed, 2 bad input (nothing
+started), 130 interrupted. Errors go to stderr as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ddlkit import settings
+from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ddlkit.launch.plan import STRATEGIES
+
+    parser = argparse.ArgumentParser(prog="ddlkit", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("launch", help="start a job of workers running SCRIPT")
+    p.add_argument("--strategy", choices=STRATEGIES, default="multi_worker")
+    p.add_argument("-n", "--workers", type=int, default=2, help="workers (Horovod: ranks)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="host list in horovodrun syntax, e.g. localhost:2")
+    hosts.add_argument("--hostfile", type=Path, help="file of 'host slots=N' lines")
+    p.add_argument("--ps", type=int, default=1, help="parameter servers (parameter_server)")
+    p.add_argument("--label", default="", help="a word to put in the run id")
+    p.add_argument("--no-live", action="store_true", help="no metrics collector")
+    p.add_argument("--no-pin", action="store_true", help="do not pin workers to cores")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: DDLKIT_RUNS or ./runs")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before the job is stopped")
+    p.add_argument("script", help="a Python training script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: the script's arguments")
+
+    p = sub.add_parser("runs", help="list past runs")
+    p.add_argument("--runs-dir", type=Path, default=None)
+
+    p = sub.add_parser("plot", help="draw a run's metrics")
+    p.add_argument("run", help="a run id (under the runs directory) or a run directory")
+    p.add_argument("-o", "--output", type=Path, default=None, help="default: RUN/metrics.png")
+    p.add_argument("--runs-dir", type=Path, default=None)
+
+    sub.add_parser("env", help="check TensorFlow, Keras, devices, Horovod and data sets")
+
+    p = sub.add_parser("data", help="prepare or inspect the offline data sets")
+    p.add_argument(
+        "data_args", nargs=argparse.REMAINDER, help="prepare [--force] [NAME...] | status"
+    )
+    return parser
+
+
+def _runs_dir(arg: Path | None) -> Path:
+    return arg if arg is not None else settings.runs_dir()
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from ddlkit.cluster import format_hosts, parse_hostfile
+    from ddlkit.launch import run as run_mod
+
+    script_args = list(args.script_args)
+    if script_args[:1] == ["--"]:
+        script_args = script_args[1:]
+    hosts = args.hosts
+    if args.hostfile is not None:
+        hosts = format_hosts(parse_hostfile(args.hostfile))
+    run = run_mod.start(
+        args.script,
+        strategy=args.strategy,
+        workers=args.workers,
+        args=script_args,
+        hosts=hosts,
+        ps=args.ps,
+        label=args.label,
+        live=not args.no_live,
+        pin_cores=not args.no_pin,
+        runs_dir=args.runs_dir,
+    )
+    print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
+    try:
+        result = _wait_with_progress(run, args.timeout)
+    except KeyboardInterrupt:
+        print("interrupted: every worker was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    for name, res in run.results().items():
+        print(f"{name}: {res}")
+    if run.records():
+        from ddlkit.metrics import plot_run
+
+        out = run.run_dir / "metrics.png"
+        plot_run(run.run_dir).savefig(out, dpi=100)
+        print(f"metrics plot: {out}")
+    print(f"finished in {result.duration:.1f} s")
+    return 0
+
+
+def _wait_with_progress(run, timeout: float | None):
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = ""
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            run.stop()
+            raise DdlkitError(
+                f"run {run.run_id} did not finish within {timeout:.0f} s and was stopped. "
+                f"Fix: raise --timeout, or read the logs in {run.run_dir}/logs."
+            )
+        try:
+            return run.wait(timeout=min(2.0, left) if left is not None else 2.0)
+        except JobTimeoutError:
+            pass
+        line = "  ".join(
+            f"{n}:{s.state}" + (f"@{s.current_step}" if s.current_step is not None else "")
+            for n, s in run.status().items()
+        )
+        if line != last and sys.stderr.isatty():
+            print(line, file=sys.stderr)
+            last = line
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from ddlkit.launch import list_runs, runs_table
+
+    runs = list_runs(_runs_dir(args.runs_dir))
+    if not runs:
+        print(f"no runs in {_runs_dir(args.runs_dir)}")
+        return 0
+    print(runs_table(runs))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ddlkit.metrics import plot_run
+
+    run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        run_dir = _runs_dir(args.runs_dir) / args.run
+    if not run_dir.is_dir():
+        raise DdlkitError(
+            f"no run {args.run!r}: neither a directory nor a run id in {_runs_dir(args.runs_dir)}. "
+            f"Fix: pick one from `ddlkit runs`."
+        )
+    out = args.output or run_dir / "metrics.png"
+    plot_run(run_dir).savefig(out, dpi=100)
+    print(out)
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from ddlkit import env
+
+    report = env.check()
+    print(report)
+    return 0 if report.ok else EXIT_FAILED
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from ddlkit.data.__main__ import main as data_main
+
+    return data_main(args.data_args)
+
+
+COMMANDS = {
+    "launch": cmd_launch,
+    "runs": cmd_runs,
+    "plot": cmd_plot,
+    "env": cmd_env,
+    "data": cmd_data,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except WorkerFailedError as exc:
+        print(f"ddlkit: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except (DdlkitError, ValueError) as exc:
+        print(f"ddlkit: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
