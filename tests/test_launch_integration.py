@@ -1,0 +1,159 @@
+"""Real worker processes started through ddlkit.launch.run on loopback."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlkit.errors import ConfigError, WorkerFailedError
+from ddlkit.launch import run as run_mod
+from ddlkit.metrics import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCH = ROOT / "launch"
+pytestmark = pytest.mark.slow
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_two_workers_parse_one_cluster_with_unique_indexes(tmp_path):
+    run = run_mod.start(LAUNCH / "report_tf_config.py", workers=2, runs_dir=tmp_path)
+    result = run.wait(timeout=180)
+    assert result.ok
+    reports = [_json_lines(run.tail(name, 50))[-1] for name in ("worker-0", "worker-1")]
+    assert reports[0]["cluster"] == reports[1]["cluster"]
+    assert len(reports[0]["cluster"]["worker"]) == 2
+    assert sorted((r["task_type"], r["task_id"]) for r in reports) == [
+        ("worker", 0),
+        ("worker", 1),
+    ]
+    assert [r["worker"] for r in reports] == ["worker-0", "worker-1"]
+    assert all(r["legacy_keras"] == "1" for r in reports)
+    assert reports[0]["cwd"] != reports[1]["cwd"], "each worker has its own working directory"
+    job = json.loads((run.run_dir / "job.json").read_text())
+    assert job["state"] == "finished"
+
+
+def test_plain_tensorflow_tutorial_script_runs_unchanged(tmp_path):
+    script = LAUNCH / "tf_tutorial_mwms.py"
+    imported = set()
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert "ddlkit" not in imported and "tensorflow" in imported
+    run = run_mod.start(script, workers=2, runs_dir=tmp_path, live=False)
+    assert run.wait(timeout=240).ok
+    for name in ("worker-0", "worker-1"):
+        assert "final loss" in run.tail(name, 5)
+
+
+def test_records_reach_the_collector_and_match_the_jsonl_files(tmp_path):
+    run = run_mod.start(
+        LAUNCH / "train_multi_worker.py",
+        workers=2,
+        args=["--steps-per-epoch", "15", "--epochs", "2"],
+        runs_dir=tmp_path,
+    )
+    assert run.wait(timeout=300).ok
+    on_disk = load_run(run.run_dir)
+    for worker in ("worker-0", "worker-1"):
+        live = [r for r in run.records(worker)]
+        saved = [r for r in on_disk if r.worker == worker]
+        assert live == saved, f"{worker}: collector and JSONL differ"
+        steps = [r for r in live if r.kind == "step"]
+        assert len(steps) == 30
+        assert [r.seq for r in live] == list(range(len(live)))
+        assert all(r.examples_per_sec and r.examples_per_sec > 0 for r in steps)
+    stats = run.collector.stats()
+    assert stats.malformed == 0 and all(w.gaps == 0 for w in stats.workers.values())
+    results = run.results()
+    assert results["worker-0"]["test_accuracy"] == results["worker-1"]["test_accuracy"]
+
+
+def test_a_killed_worker_brings_the_job_down_with_no_orphans(tmp_path):
+    run = run_mod.start(
+        LAUNCH / "train_multi_worker.py",
+        workers=2,
+        args=["--steps-per-epoch", "100000"],
+        runs_dir=tmp_path,
+    )
+    pids = dict(run.job.pids)
+    deadline = time.monotonic() + 180
+    while not run.records("worker-1") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run.records("worker-1"), "worker-1 never reported a step"
+    os.kill(pids["worker-1"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    with pytest.raises(WorkerFailedError) as err:
+        run.wait(timeout=60)
+    assert time.monotonic() - killed_at < 5 + 3.5  # noticed within 5 s, others stopped in grace
+    message = str(err.value)
+    assert "worker-1" in message and "SIGKILL" in message
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids.values() if _alive(p)], "orphan worker processes left"
+    assert run.collector.closed
+
+
+def test_bad_input_starts_nothing(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        run_mod.start(tmp_path / "missing.py", workers=2, runs_dir=tmp_path)
+    with pytest.raises(ConfigError, match="slots"):
+        run_mod.start(
+            LAUNCH / "report_tf_config.py", workers=3, hosts="localhost:2", runs_dir=tmp_path
+        )
+    assert list(tmp_path.iterdir()) == [tmp_path / "missing.py"] or not list(tmp_path.iterdir())
+
+
+def test_cli_reports_a_failing_worker_on_stderr_with_exit_1(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import os, sys\n"
+        "print('working on', os.environ['DDLKIT_WORKER'], flush=True)\n"
+        "sys.exit(3 if os.environ['DDLKIT_WORKER'] == 'worker-1' else 0)\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlkit.cli",
+            "launch",
+            "-n",
+            "2",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "worker-1" in proc.stderr and "3" in proc.stderr
+    assert "working on worker-1" in proc.stderr
