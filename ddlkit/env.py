@@ -26,6 +26,7 @@ class Check:
     value: str
     ok: bool = True
     fix: str = ""
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class EnvReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        """True when every required check passed (optional ones only inform)."""
+        return all(c.ok or c.optional for c in self.checks)
 
     def __getitem__(self, name: str) -> Check:
         for c in self.checks:
@@ -47,7 +49,7 @@ class EnvReport:
         width = max(len(c.name) for c in self.checks)
         lines = []
         for c in self.checks:
-            mark = "ok " if c.ok else "!! "
+            mark = "ok " if c.ok else ("-- " if c.optional else "!! ")
             line = f"{mark}{c.name.ljust(width)}  {c.value}"
             if c.fix:
                 line += f"  -> {c.fix}"
@@ -60,7 +62,7 @@ class EnvReport:
             "<td style='text-align:left'>{}</td></tr>".format(
                 html.escape(c.name),
                 html.escape(c.value),
-                "&#9989;" if c.ok else "&#9888;&#65039;",
+                "&#9989;" if c.ok else ("optional" if c.optional else "&#9888;&#65039;"),
                 html.escape(c.fix),
             )
             for c in self.checks
@@ -166,19 +168,20 @@ def check(*, horovod: bool = True, data: bool = True) -> EnvReport:
                     "Horovod",
                     f"not usable: {hv['error']}",
                     ok=False,
-                    fix="optional: only the Horovod notebook needs it; see README, section Horovod",
+                    fix="only the Horovod notebook needs it; see README, section Horovod",
+                    optional=True,
                 )
             )
     if data:
         from ddlkit import data as data_mod
 
         for row in data_mod.status():
-            checks.append(
-                Check(
-                    f"data: {row['name']}",
-                    f"{row['source']} ({row['state']})",
-                    ok=row["state"] == "ok",
-                    fix=row.get("fix", ""),
-                )
+            usable = row.source in ("keras", "kit-cache", "synthetic")
+            where = {"keras": "Keras' cache", "kit-cache": "kit's offline cache"}.get(
+                row.source, row.source
             )
+            fix = "" if usable else row.detail
+            if row.source == "synthetic":
+                where = "synthetic stand-in (real CIFAR-10 is not on this machine)"
+            checks.append(Check(f"data: {row.name}", where, ok=usable, fix=fix))
     return EnvReport(tuple(checks), facts)
