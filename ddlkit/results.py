@@ -59,6 +59,31 @@ class Result:
         return table([self])
 
 
+def throughput(records, *, skip: int = 5) -> float:
+    """Steady-state examples/sec of a run, from its metric records (pure).
+
+    For each worker, the median ``examples_per_sec`` of its step records after
+    the first `skip` (graph tracing and warm-up); the workers' medians add up,
+    since each reports the examples it processed.
+    """
+    by_worker: dict[str, list[float]] = {}
+    for r in records:
+        if r.kind == "step" and r.examples_per_sec:
+            by_worker.setdefault(r.worker, []).append(r.examples_per_sec)
+    if not by_worker:
+        raise DdlkitError(
+            "no step records with examples_per_sec to measure throughput from. Fix: report "
+            "steps with KerasReporter(batch_size=...) or live_plot(..., batch_size=...)."
+        )
+    total = 0.0
+    for values in by_worker.values():
+        steady = values[skip:] if len(values) > skip else values
+        steady = sorted(steady)
+        mid = len(steady) // 2
+        total += steady[mid] if len(steady) % 2 else (steady[mid - 1] + steady[mid]) / 2
+    return total
+
+
 def results_dir() -> Path:
     return settings.runs_dir() / "results"
 

@@ -62,3 +62,28 @@ def test_comparison_shows_speed_up_and_marks_synthetic_data(tmp_path):
     assert "1.80x" in html
     assert "synthetic stand-in" in html
     assert "1.80x" in repr(cmp)
+
+
+def test_throughput_is_the_sum_of_steady_worker_medians():
+    from ddlkit.metrics import Record
+
+    def step(worker, seq, eps):
+        return Record(
+            kind="step",
+            worker=worker,
+            step=seq,
+            epoch=0,
+            seq=seq,
+            wall_time=1.0 + seq,
+            examples_per_sec=eps,
+        )
+
+    warm = [step("w0", i, 10.0) for i in range(5)]
+    steady = [step("w0", 5 + i, v) for i, v in enumerate([100.0, 120.0, 110.0])]
+    other = [step("w1", i, 50.0) for i in range(3)]
+    assert results.throughput(warm + steady + other) == 110.0 + 50.0
+
+
+def test_throughput_without_steps_names_the_fix():
+    with pytest.raises(DdlkitError, match="batch_size"):
+        results.throughput([])
