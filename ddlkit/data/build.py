@@ -160,14 +160,15 @@ def mnist_from_pickle(obj: object) -> dict[str, np.ndarray]:
         )
 
     def pixels(x: np.ndarray) -> np.ndarray:
-        scaled = x.astype(np.float32) * np.float32(256)
-        rounded = np.rint(scaled)
-        if not np.array_equal(rounded, scaled) or rounded.min() < 0 or rounded.max() > 255:
-            raise DataError(
-                f"{MNIST_WHEEL.member}: pixels are not exact multiples of 1/256 in [0, 255/256]. "
-                "Fix: the wheel's pin says they should be; report this as a bug."
-            )
-        return rounded.astype(np.uint8).reshape(-1, 28, 28)
+        scaled = np.multiply(x, np.float32(256), dtype=np.float32)  # exact: a power of two
+        if scaled.min() >= 0 and scaled.max() <= 255:
+            u8 = scaled.astype(np.uint8)
+            if np.array_equal(u8, scaled):
+                return u8.reshape(-1, 28, 28)
+        raise DataError(
+            f"{MNIST_WHEEL.member}: pixels are not exact multiples of 1/256 in [0, 255/256]. "
+            "Fix: the wheel's pin says they should be; report this as a bug."
+        )
 
     def labels(y: np.ndarray) -> np.ndarray:
         if y.min() < 0 or y.max() > 9:
@@ -178,7 +179,7 @@ def mnist_from_pickle(obj: object) -> dict[str, np.ndarray]:
 
     (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = parts
     return {
-        "x_train": pixels(np.concatenate([x_tr, x_va])),
+        "x_train": np.concatenate([pixels(x_tr), pixels(x_va)]),
         "y_train": labels(np.concatenate([y_tr, y_va])),
         "x_test": pixels(x_te),
         "y_test": labels(y_te),
