@@ -51,13 +51,13 @@ def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError):
         return False
 
 
 def marked_pids(marker: str) -> list[int]:
-    """Live processes whose argv contains ``marker``."""
+    """Live processes whose argv contains ``marker`` (a dying one may already show none)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -222,6 +222,7 @@ def test_two_workers_finish_and_the_run_is_recorded(project, marker):
     job = Job.start(spec)
     assert json.loads((spec.run_dir / "job.json").read_text())["state"] == "running"
     result = job.wait(timeout=20)
+    assert job.done and job.result() is result
     assert result.ok and result.state == "finished"
     assert result.exit_codes == {"worker-0": 0, "worker-1": 0}
     assert {s.state for s in job.status().values()} == {"finished"}
@@ -365,7 +366,7 @@ def test_status_progress_timeout_stop_and_context_manager(project, marker):
         assert status["b"].current_step is None and status["b"].pid == job.pids["b"]
         with pytest.raises(JobTimeoutError, match="still running"):
             job.wait(timeout=0.3)
-        assert job.state == "running"
+        assert job.state == "running" and not job.done
         pids = list(job.pids.values())
     assert all(not alive(p) for p in pids)
     assert job.state == "stopped" and job.stop().state == "stopped"  # idempotent

@@ -5,13 +5,14 @@
 ...     result = job.wait()
 
 Modules: :mod:`.spec` (what to run, pure data), :mod:`.process` (the one place that
-forks, signals and reaps), :mod:`.job` (the running job), :mod:`.runs` (run ids,
-run directory layout, ``job.json``).
+forks, signals and reaps), :mod:`.job` (the running job), :mod:`.status` (worker
+states, results, the live table), :mod:`.runs` (run ids, run directory layout,
+``job.json``).
 """
 
 from __future__ import annotations
 
-from ddlkit.launch.job import Job, JobResult, StatusTable, WorkerStatus
+from ddlkit.launch.job import Job
 from ddlkit.launch.runs import (
     RunInfo,
     list_runs,
@@ -21,6 +22,7 @@ from ddlkit.launch.runs import (
     runs_table,
 )
 from ddlkit.launch.spec import JobSpec, WorkerSpec, thread_env, worker_env
+from ddlkit.launch.status import JobResult, StatusTable, WorkerStatus
 
 __all__ = [
     "Job",

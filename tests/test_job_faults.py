@@ -1,0 +1,202 @@
+"""Faults with real processes: killed workers, killed or interrupted launchers, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ddlkit.errors import WorkerFailedError
+from ddlkit.launch import Job, JobSpec, WorkerSpec, log_path
+
+PY = sys.executable
+SLEEPER = "import sys, time; print('up', sys.argv[1], flush=True); time.sleep(60)"
+# A worker that starts a grandchild in its own process group, then sleeps.
+PARENT = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[1]]); "
+    "print('up', flush=True); time.sleep(60)"
+)
+
+LAUNCHER = """\
+import json, os, sys, time
+from pathlib import Path
+from ddlkit.launch import Job, JobSpec, WorkerSpec, log_path
+
+mode, run_dir, marker = sys.argv[1], Path(sys.argv[2]), os.environ["MARKER"]
+code = "import sys, time; print('up', sys.argv[1], flush=True); time.sleep(60)"
+workers = tuple(
+    WorkerSpec(name, (sys.executable, "-c", code, marker), {}, run_dir.parent.parent,
+               log_path(run_dir, name))
+    for name in ("worker-0", "worker-1")
+)
+job = Job.start(JobSpec(run_dir.name, run_dir, workers))
+print(json.dumps(job.pids), flush=True)
+if mode == "wait":
+    try:
+        job.wait()
+    except KeyboardInterrupt:  # report the states before the atexit hook could act
+        print(json.dumps({n: s.state for n, s in job.status().items()}), flush=True)
+        raise
+elif mode == "sleep":
+    time.sleep(60)
+# mode "exit": return at once; the atexit hook must stop the job
+"""
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Live processes whose argv contains ``marker`` (a dying one may already show none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def wait_until(predicate, timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+@pytest.fixture
+def marker() -> str:
+    token = f"ddlkit-fault-{uuid.uuid4().hex}"
+    yield token
+    leftover = marked_pids(token)
+    for pid in leftover:
+        os.kill(pid, signal.SIGKILL)
+    assert not leftover, f"test left processes running: {leftover}"
+
+
+def job_spec(tmp_path: Path, codes: dict[str, str], marker: str) -> JobSpec:
+    run_dir = tmp_path / "runs" / "r1"
+    workers = tuple(
+        WorkerSpec(name, (PY, "-c", code, marker), {}, tmp_path, log_path(run_dir, name))
+        for name, code in codes.items()
+    )
+    return JobSpec("r1", run_dir, workers)
+
+
+def read_line(proc: subprocess.Popen, timeout: float) -> str:
+    """One line of ``proc``'s stdout, waiting at most ``timeout`` seconds."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"launcher printed nothing in {timeout} s; stderr: {proc.stderr.read1()!r}"
+    line = proc.stdout.readline().decode()
+    assert line, f"launcher ended early; stderr: {proc.stderr.read()!r}"
+    return line
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, marker: str):
+    """Start the launcher script in ``mode``; yields (process, worker pids, run dir)."""
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    procs = []
+
+    def start(mode: str):
+        run_dir = tmp_path / "runs" / mode
+        proc = subprocess.Popen(
+            [PY, str(script), mode, str(run_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "MARKER": marker},  # not in argv: only workers carry it
+        )
+        procs.append(proc)
+        pids = json.loads(read_line(proc, timeout=20))
+        if mode != "exit":
+            assert wait_until(lambda: sorted(marked_pids(marker)) == sorted(pids.values()), 10)
+        return proc, pids, run_dir
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_worker_killed_from_outside_tears_the_job_down(tmp_path, marker):
+    job = Job.start(job_spec(tmp_path, {"victim": SLEEPER, "parent": PARENT}, marker))
+    # the victim, the parent worker and its grandchild all carry the marker
+    assert wait_until(lambda: len(marked_pids(marker)) == 3, 10)
+    os.kill(job.pids["victim"], signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailedError) as info:
+        job.wait(timeout=20)
+    assert time.monotonic() - t0 < 5
+    assert (info.value.worker, info.value.signal_name) == ("victim", "SIGKILL")
+    assert "'victim'" in str(info.value) and "killed by SIGKILL" in str(info.value)
+    assert f"up {marker}" in info.value.log_tail
+    assert wait_until(lambda: marked_pids(marker) == [], 5), "grandchild or worker left running"
+    assert {n: s.state for n, s in job.status().items()} == {
+        "victim": "failed",
+        "parent": "stopped",
+    }
+
+
+def test_stop_ends_the_whole_process_tree_of_a_worker(tmp_path, marker):
+    with Job.start(job_spec(tmp_path, {"parent": PARENT}, marker)):
+        assert wait_until(lambda: len(marked_pids(marker)) == 2, 10)
+    assert marked_pids(marker) == []
+
+
+def test_killed_launcher_takes_its_workers_along(launcher, marker):
+    proc, pids, _ = launcher("sleep")
+    proc.kill()
+    proc.wait(timeout=10)
+    assert wait_until(lambda: not any(alive(p) for p in pids.values()), 5)
+    assert marked_pids(marker) == []
+
+
+def test_interrupted_launcher_stops_workers_and_fails(launcher, marker):
+    proc, pids, run_dir = launcher("wait")
+    time.sleep(0.5)  # let the launcher get from print() into job.wait()
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=10)
+    assert time.monotonic() - t0 < 5
+    assert code != 0
+    assert json.loads(read_line(proc, timeout=1)) == {"worker-0": "stopped", "worker-1": "stopped"}
+    assert b"KeyboardInterrupt" in proc.stderr.read()
+    assert marked_pids(marker) == []
+    data = json.loads((run_dir / "job.json").read_text())
+    assert data["state"] == "stopped"
+    assert {w["state"] for w in data["workers"]} == {"stopped"}
+
+
+def test_launcher_exiting_normally_stops_its_jobs(launcher, marker):
+    proc, pids, run_dir = launcher("exit")
+    assert proc.wait(timeout=10) == 0
+    assert marked_pids(marker) == []
+    data = json.loads((run_dir / "job.json").read_text())
+    assert [w["signal"] for w in data["workers"]] == ["SIGTERM", "SIGTERM"]
+    assert data["state"] == "stopped"
