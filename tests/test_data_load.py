@@ -276,3 +276,15 @@ def test_a_small_cnn_learns_the_standin_well_above_chance():
     model.fit(arrays["x_train"], arrays["y_train"], epochs=2, batch_size=64, verbose=0)
     _, accuracy = model.evaluate(arrays["x_test"], arrays["y_test"], verbose=0)
     assert accuracy > 0.35  # chance is 0.10
+
+
+def test_a_bad_file_in_keras_cache_is_not_handed_to_keras_offline(data_env, tmp_path):
+    """Keras would try to download over a file that fails its hash (and delete it on failure)."""
+    fake = tmp_path / "home" / ".keras" / "datasets" / "mnist.npz"
+    fake.parent.mkdir(parents=True)
+    fake.write_bytes(b"not Keras' mnist.npz")
+    loaded = _load_real("mnist")
+    assert loaded.info.source == "kit-cache"
+    assert fake.read_bytes() == b"not Keras' mnist.npz"
+    row = data.status(["mnist"])[0]
+    assert row.source == "kit-cache"

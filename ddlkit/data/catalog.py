@@ -56,7 +56,9 @@ class DatasetSpec:
 
     ``keras_files`` maps a Keras flavour (``"tf-keras"`` or ``"keras3"``) to
     the files, relative to Keras' home directory, whose presence means
-    ``load_data()`` will not try to download.
+    ``load_data()`` will not try to download, and ``keras_sha256`` is the
+    hash Keras checks the first of them against (Keras downloads the file
+    again when it does not match).
     """
 
     name: str
@@ -69,6 +71,7 @@ class DatasetSpec:
     keras_module: str
     keras_origin: str
     keras_files: dict[str, tuple[str, ...]]
+    keras_sha256: str | None = None
     has_standin: bool = False
 
     @property
@@ -100,6 +103,7 @@ SPECS: dict[str, DatasetSpec] = {
             "tf-keras": ("datasets/mnist.npz",),
             "keras3": ("datasets/mnist.npz",),
         },
+        keras_sha256="731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1",
     ),
     "fashion_mnist": DatasetSpec(
         name="fashion_mnist",
@@ -132,6 +136,7 @@ SPECS: dict[str, DatasetSpec] = {
             "tf-keras": ("datasets/cifar-10-batches-py.tar.gz",),
             "keras3": ("datasets/cifar-10-batches-py_archive",),
         },
+        keras_sha256="6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
         has_standin=True,
     ),
 }

@@ -112,9 +112,12 @@ def _keras_check(sp: DatasetSpec) -> Availability:
     files = keras_files(sp)
     missing = [f for f in files if not f.exists()]
     where = files[0].parent
-    if not missing:
+    if missing:
+        what = f"Keras' cache has no {missing[0]}"
+    elif sp.keras_sha256 and cache.sha256_of(files[0]) != sp.keras_sha256:
+        what = f"{files[0]} fails Keras' sha256 check, so Keras would download it again"
+    else:
         return Availability("keras", True, where, "in Keras' cache")
-    what = f"Keras' cache has no {missing[0]}"
     if settings.offline():
         return Availability("keras", False, None, f"{what} and DDLKIT_OFFLINE=1 forbids downloads")
     why = probe(sp.keras_origin)
@@ -130,8 +133,9 @@ def _keras_fetch(sp: DatasetSpec) -> dict[str, np.ndarray]:
     try:
         (x_train, y_train), (x_test, y_test) = module.load_data()
     except Exception as exc:  # Keras raises bare Exception for failed downloads
+        detail = " ".join(str(exc).split())  # one line, whatever Keras printed
         raise SourceUnavailable(
-            f"keras.datasets.{sp.keras_module}.load_data() failed: {type(exc).__name__}: {exc}"
+            f"keras.datasets.{sp.keras_module}.load_data() failed: {type(exc).__name__}: {detail}"
         ) from exc
     return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
 
@@ -253,15 +257,16 @@ def load(name: str, *, source: str = "auto") -> Loaded:
             reasons.append(f"{src}: {exc}")
             continue
         _check_arrays(sp, src, arrays)
-        if src == "synthetic":
+        synthetic = src == "synthetic"
+        if synthetic:
             _warn_synthetic(sp, reasons)
         info = DatasetInfo(
             name=sp.name,
             display_name=f"{sp.display_name} stand-in (synthetic)"
-            if src == "synthetic"
+            if synthetic
             else sp.display_name,
             source=src,
-            synthetic=src == "synthetic",
+            synthetic=synthetic,
             num_classes=sp.num_classes,
             class_names=sp.class_names,
             image_shape=sp.image_shape,
@@ -270,12 +275,9 @@ def load(name: str, *, source: str = "auto") -> Loaded:
         return Loaded(
             (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"]), info
         )
+    also = (
+        " (or load it with source='auto' to get the synthetic stand-in)" if sp.has_standin else ""
+    )
     raise DataError(
-        f"{sp.display_name} is not available from {' or '.join(order)}: {'; '.join(reasons)}. "
-        f"Fix: {FIXES[sp.name]}"
-        + (
-            " (or load it with source='auto' to get the synthetic stand-in)."
-            if sp.has_standin
-            else "."
-        )
+        f"{sp.display_name} is not available ({'; '.join(reasons)}). Fix: {FIXES[sp.name]}{also}."
     )

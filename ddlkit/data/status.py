@@ -57,7 +57,7 @@ def _one(name: str) -> DataStatus:
         return DataStatus(name, "error", path, state, problem)
     if sp.has_standin:
         return DataStatus(name, "synthetic", None, state, STANDIN_NOTICE)
-    return DataStatus(name, "none", path if state != "n/a" else None, state, sources.FIXES[name])
+    return DataStatus(name, "none", path, state, f"Fix: {sources.FIXES[name]}")
 
 
 def status(names: list[str] | tuple[str, ...] | None = None) -> Table:
