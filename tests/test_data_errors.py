@@ -65,6 +65,15 @@ def test_cli_unknown_name_is_one_line_on_stderr(tmp_path):
     assert "mnist, fashion_mnist, cifar10" in lines[0]
 
 
+@pytest.mark.parametrize("args", [(), ("prepare", "--forc"), ("rebuild",)])
+def test_cli_usage_errors_are_one_line_and_change_nothing(args, tmp_path):
+    done = _cli(*args, env_update={"DDLKIT_HOME": str(tmp_path)})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0]
+    assert not (tmp_path / "datasets").exists()
+
+
 def test_unknown_source_and_synthetic_real_data_are_refused(data_env):
     with pytest.raises(DataError, match="Unknown data source 'web'.*kit-cache"):
         data.load("mnist", source="web")

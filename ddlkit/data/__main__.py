@@ -11,15 +11,26 @@ from ddlkit.data.status import status
 from ddlkit.errors import DdlkitError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr like every other error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}. Fix: see `{self.prog} --help`.\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ddlkit.data", description=__doc__)
+    p = _Parser(prog="python -m ddlkit.data", description=__doc__, allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True)
-    prep = sub.add_parser("prepare", help="build the offline data cache (idempotent)")
+    prep = sub.add_parser(
+        "prepare", help="build the offline data cache (idempotent)", allow_abbrev=False
+    )
     prep.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)}")
     prep.add_argument(
         "--force", action="store_true", help="rebuild even good entries; move corrupt ones aside"
     )
-    st = sub.add_parser("status", help="what load() would use for each data set")
+    st = sub.add_parser(
+        "status", help="what load() would use for each data set", allow_abbrev=False
+    )
     st.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)}")
     return p
 
