@@ -200,3 +200,60 @@ def test_launcher_exiting_normally_stops_its_jobs(launcher, marker):
     data = json.loads((run_dir / "job.json").read_text())
     assert [w["signal"] for w in data["workers"]] == ["SIGTERM", "SIGTERM"]
     assert data["state"] == "stopped"
+
+
+KERNEL_CELL = """\
+import json, sys
+from pathlib import Path
+from ddlkit.launch import Job, JobSpec, WorkerSpec, log_path
+run_dir = Path({run_dir!r})
+code = "import time; time.sleep(60)"
+job = Job.start(JobSpec(run_dir.name, run_dir, tuple(
+    WorkerSpec(n, (sys.executable, "-c", code, {marker!r}), {{}}, run_dir.parent.parent,
+               log_path(run_dir, n))
+    for n in ("worker-0", "worker-1"))))
+print(json.dumps(job.pids))
+"""
+
+
+@pytest.mark.slow
+def test_kernel_interrupt_and_restart_leave_no_workers(tmp_path, marker):
+    manager = pytest.importorskip("jupyter_client.manager", reason="needs the lab extra")
+    km, kc = manager.start_new_kernel(kernel_name="python3", startup_timeout=60)
+
+    def output(msg_id: str, timeout: float = 30) -> str:
+        """What cell ``msg_id`` printed, once the kernel is idle again (bounded by ``timeout``)."""
+        out, deadline = [], time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return "".join(out)
+        raise AssertionError(f"kernel did not finish a cell in {timeout} s")
+
+    def start(name: str) -> dict[str, int]:
+        cell = KERNEL_CELL.format(run_dir=str(tmp_path / "runs" / name), marker=marker)
+        return json.loads(output(kc.execute(cell)))
+
+    try:
+        pids = start("interrupted")
+        waiting = kc.execute("job.wait()")
+        time.sleep(1.0)  # let the cell get into job.wait()
+        t0 = time.monotonic()
+        km.interrupt_kernel()
+        output(waiting)  # the KeyboardInterrupt ends the cell
+        assert wait_until(lambda: not any(alive(p) for p in pids.values()), 5)
+        assert time.monotonic() - t0 < 5
+        job_file = tmp_path / "runs" / "interrupted" / "job.json"
+        assert wait_until(lambda: json.loads(job_file.read_text())["state"] == "stopped", 5)
+
+        pids = start("restarted")
+        km.restart_kernel(now=True)  # the kernel is killed: the death signal must act
+        assert wait_until(lambda: not any(alive(p) for p in pids.values()), 5)
+        assert marked_pids(marker) == []
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

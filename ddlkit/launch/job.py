@@ -191,7 +191,9 @@ class Job:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while not self._done.wait(poll):
+            while not self._done.wait(
+                poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+            ):
                 if deadline is not None and time.monotonic() >= deadline:
                     running = [n for n, s in self.status().items() if s.exit_code is None]
                     raise JobTimeoutError(
