@@ -51,12 +51,15 @@ def _assert_same(a, b):
 
 
 @pytest.fixture(scope="module")
-def standin_loaded():
+def standin_loaded(tmp_path_factory):
     """One full stand-in load, offline with an empty Keras cache, and the warnings it gave."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".keras").mkdir()
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mp.setenv("DDLKIT_OFFLINE", "1")
-        mp.setenv("HOME", "/nonexistent-home-for-ddlkit-tests")
+        mp.setenv("HOME", str(home))
+        mp.delenv("KERAS_HOME", raising=False)
         loaded = data.load("cifar10")
     return loaded, caught
 
