@@ -29,7 +29,7 @@ class Check:
     optional: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class EnvReport:
     checks: tuple[Check, ...]
     facts: dict = field(default_factory=dict, compare=False)
@@ -55,6 +55,8 @@ class EnvReport:
                 line += f"  -> {c.fix}"
             lines.append(line)
         return "\n".join(lines)
+
+    __repr__ = __str__
 
     def _repr_html_(self) -> str:
         rows = "".join(

@@ -30,3 +30,14 @@ __all__ = [
     "prepare",
     "status",
 ]
+
+
+def __getattr__(name: str):
+    # `dk.data.pipeline` without an explicit import; it loads TensorFlow, so only on use.
+    if name == "pipeline":
+        import importlib
+
+        module = importlib.import_module("ddlkit.data.pipeline")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'ddlkit.data' has no attribute {name!r}")
