@@ -50,7 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     seconds = time.perf_counter() - start
     accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
-    report({"test_accuracy": accuracy, "train_seconds": seconds, "replicas": replicas})
+    examples = args.epochs * steps * global_batch
+    report(
+        {
+            "test_accuracy": accuracy,
+            "train_seconds": seconds,
+            "examples_per_sec": examples / seconds,  # all workers together
+            "replicas": replicas,
+        }
+    )
     return 0
 
 

@@ -33,7 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     seconds = time.perf_counter() - start
     accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
-    report({"test_accuracy": accuracy, "train_seconds": seconds, "replicas": 1})
+    examples = args.epochs * steps * args.batch_size
+    report(
+        {
+            "test_accuracy": accuracy,
+            "train_seconds": seconds,
+            "examples_per_sec": examples / seconds,
+            "replicas": 1,
+        }
+    )
     return 0
 
 
