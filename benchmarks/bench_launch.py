@@ -72,8 +72,8 @@ def by_hand(args: list[str], workdir: Path) -> float:
     return result_line(log.read())["examples_per_sec"]
 
 
-def through_kit(args: list[str], workdir: Path) -> float:
-    run = run_mod.start(SCRIPT, workers=2, args=args, runs_dir=workdir)
+def through_kit(args: list[str], workdir: Path, pin: bool = True) -> float:
+    run = run_mod.start(SCRIPT, workers=2, args=args, runs_dir=workdir, pin_cores=pin)
     run.wait(timeout=900)
     return run.results()["worker-0"]["examples_per_sec"]
 
@@ -102,11 +102,15 @@ def main() -> int:
     args = ["--steps-per-epoch", steps, "--epochs", "1"]
     with tempfile.TemporaryDirectory(prefix="ddlkit-bench-") as tmp:
         work = Path(tmp)
-        hand, kit = [], []
+        hand, kit, kit_unpinned = [], [], []
         for _ in range(pairs):
             hand.append(by_hand(args, work))
             kit.append(through_kit(args, work))
+            kit_unpinned.append(through_kit(args, work, pin=False))
         ratios = [k / h for k, h in zip(kit, hand, strict=True)]
+        # Same process layout as by hand (no pinning, default threads): the cost of
+        # the launcher and live metrics alone.
+        ratios_unpinned = [k / h for k, h in zip(kit_unpinned, hand, strict=True)]
         start = {n: first_step_seconds(n, work) for n in (1, 2)}
     print(
         json.dumps(
@@ -117,6 +121,8 @@ def main() -> int:
                 "kit_examples_per_sec": kit,
                 "overhead_ratio_median": statistics.median(ratios),
                 "overhead_ratios": ratios,
+                "kit_unpinned_examples_per_sec": kit_unpinned,
+                "overhead_ratio_unpinned_median": statistics.median(ratios_unpinned),
                 "seconds_to_first_step": start,
                 "cores": len(os.sched_getaffinity(0)),
             },
