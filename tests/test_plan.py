@@ -145,3 +145,8 @@ def test_config_shows_as_a_table():
     cfg = p.LaunchConfig(script=SCRIPT, strategy="parameter_server", workers=2)
     html = cfg._repr_html_()
     assert "parameter servers" in html and "parameter_server" in html
+
+
+def test_no_pinning_leaves_cores_and_threads_alone():
+    _, job = _plan("multi_worker", pin_cores=False)
+    assert all(w.cpus is None and w.threads is None for w in job.workers)

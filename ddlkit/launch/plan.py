@@ -178,7 +178,9 @@ def plan(
         service: bool = False,
         command: tuple[str, ...] = argv,
     ) -> WorkerSpec:
+        # pin_cores=False leaves cores and thread pools to the OS and TensorFlow.
         cpus = devices.cpus if config.pin_cores else None
+        threads = devices.threads if config.pin_cores else None
         return WorkerSpec(
             name=name,
             argv=command,
@@ -186,7 +188,7 @@ def plan(
             cwd=run_dir / "work" / name,
             log_path=log_path(run_dir, name),
             cpus=cpus,
-            threads=devices.threads,
+            threads=threads,
             service=service,
         )
 
