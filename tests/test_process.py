@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -21,10 +23,12 @@ from ddlkit.launch import (
     list_runs,
     log_path,
     new_run_id,
+    runs_table,
     thread_env,
     worker_env,
 )
 from ddlkit.launch.process import python_script
+from ddlkit.launch.runs import tail
 
 PY = sys.executable
 
@@ -396,3 +400,56 @@ def test_service_workers_are_ended_when_the_others_finish(project, marker):
         "ps-0": "stopped",
     }
     assert done == [result]
+
+
+def test_list_runs_marks_lost_and_unreadable_runs(tmp_path):
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait(timeout=10)
+    for run_id, launcher in (
+        ("20260101-000000.000-a", os.getpid()),
+        ("20260101-000001.000-b", gone.pid),
+    ):
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / "job.json").write_text(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "state": "running",
+                    "host": socket.gethostname(),
+                    "launcher_pid": launcher,
+                    "workers": [{"name": "worker-0"}],
+                }
+            )
+        )
+    (tmp_path / "20260101-000002.000-c").mkdir()
+    (tmp_path / "20260101-000002.000-c" / "job.json").write_text("{not json")
+    (tmp_path / "not-a-run").mkdir()
+    runs = list_runs(tmp_path)
+    assert [(r.run_id, r.state) for r in runs] == [
+        ("20260101-000000.000-a", "running"),
+        ("20260101-000001.000-b", "lost"),
+        ("20260101-000002.000-c", "unreadable"),
+    ]
+    assert "job.json" in runs[2].error
+    assert "20260101-000001.000-b  lost" in runs_table(runs)
+
+
+def test_tail_reads_only_the_last_lines_of_a_big_log(tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    assert tail(log, 3) == "line 99997\nline 99998\nline 99999"
+    assert tail(log, 0) == ""
+
+
+def test_a_broken_progress_hook_warns_once_and_the_job_goes_on(project, marker):
+    def broken(name: str) -> int:
+        raise KeyError(name)
+
+    with pytest.warns(RuntimeWarning, match="progress_fn raised KeyError"):
+        job = Job.start(spec_of(project, {"a": "sleep"}, marker), progress_fn=broken)
+    with job:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # only the first failure warns
+            status = job.status()
+        assert status["a"].current_step is None and status["a"].exit_code is None
+    assert job.state == "stopped"
