@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -276,6 +277,13 @@ def start_workers(
     A KeyboardInterrupt while waiting for the spawner kills whatever it starts.
     """
     parent_pid = os.getpid()
+    if _prctl is None:
+        warnings.warn(
+            f"{sys.platform} has no parent-death signal: if this process is killed, its "
+            f"workers keep running. Fix: end jobs with job.stop() (or run on Linux).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def start_all() -> list[WorkerProcess]:
         started: list[WorkerProcess] = []
