@@ -91,6 +91,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     try:
         result = _wait_with_progress(run, args.timeout)
     except KeyboardInterrupt:
+        run.stop()  # wait() stops the workers itself, but Ctrl-C may land elsewhere
         print("interrupted: every worker was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
     for name, res in run.results().items():

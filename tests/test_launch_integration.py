@@ -157,3 +157,49 @@ def test_cli_reports_a_failing_worker_on_stderr_with_exit_1(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "worker-1" in proc.stderr and "3" in proc.stderr
     assert "working on worker-1" in proc.stderr
+
+
+def test_ctrl_c_in_the_cli_stops_every_worker(tmp_path):
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    runs = tmp_path / "runs"
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddlkit.cli",
+            "launch",
+            "-n",
+            "2",
+            "--no-live",
+            "--runs-dir",
+            str(runs),
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    pids: dict = {}
+    while time.monotonic() < deadline and len(pids) < 2:
+        time.sleep(0.2)
+        for job_file in runs.glob("*/job.json"):
+            try:
+                pids = {
+                    w["name"]: w["pid"]
+                    for w in json.loads(job_file.read_text())["workers"]
+                    if w.get("pid")
+                }
+            except (ValueError, KeyError):
+                pass
+    assert len(pids) == 2, "workers did not start"
+    cli.send_signal(signal.SIGINT)
+    _, err = cli.communicate(timeout=10)
+    assert cli.returncode == 130, err
+    assert "stopped" in err
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids.values() if _alive(p)]
