@@ -248,6 +248,27 @@ def test_a_failing_status_fn_is_shown_and_refreshing_goes_on(tmp_path):
         dash.finish()
 
 
+def test_the_refresh_thread_stops_when_nothing_more_can_come(tmp_path, capsys):
+    dash = Dashboard("idle", mode="live", interval=0.05, idle_stop=0.3)
+    dash.show()  # no kernel here: IPython prints the widget's text form
+    assert "VBox" in capsys.readouterr().out
+    records = _records("worker-0", 10)
+    dash.add(records[0])
+    assert dash._thread is not None
+    assert _wait(lambda: dash._thread is None, 5)  # an interrupted fit stops feeding it
+    dash.add(records[1])  # records again: refreshing again
+    assert dash._thread is not None
+    assert _wait(lambda: "1/" in dash.widget.children[1].children[1].value, 5)
+    dash.finish()
+
+    collector = Collector(tmp_path)
+    following = Dashboard("follow", mode="live", interval=0.05).follow(collector, show=False)
+    assert following._thread is not None
+    collector.close()
+    assert _wait(lambda: following._thread is None, 5)
+    following.finish()
+
+
 def test_status_rows_read_state_from_records_and_the_launcher():
     data = RunData(["worker-0", "worker-1", "worker-2"])
     for record in _records("worker-0", 10):

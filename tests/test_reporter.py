@@ -230,6 +230,8 @@ callbacks = [
     dk.metrics.KerasReporter(batch_size=16, every=0, worker="every-0"),
 ]
 model.fit(x, y, epochs=2, batch_size=16, validation_split=0.25, verbose=0, callbacks=callbacks)
+# a second fit with the first callback: its steps keep counting
+model.fit(x, y, epochs=1, batch_size=16, validation_split=0.25, verbose=0, callbacks=callbacks[:1])
 for cb in callbacks:
     cb.close()
 print(json.dumps({
@@ -261,12 +263,19 @@ def _check_keras_records(records, steps_per_epoch: int = 5, epochs: int = 2) -> 
     by_worker = {
         w: [r for r in records if r.worker == w] for w in ("every-1", "every-2", "every-0")
     }
+    every1 = by_worker["every-1"]
+    first_end = next(i for i, r in enumerate(every1) if r.name == "train_end")
+    by_worker["every-1"], second_fit = every1[: first_end + 1], every1[first_end + 1 :]
+    assert second_fit[0].name == "train_begin" and second_fit[0].info["initial_step"] == 10
+    assert [r.step for r in second_fit if r.kind == "step"] == [11, 12, 13, 14, 15]
+    assert [r.seq for r in second_fit] == list(range(first_end + 1, len(every1)))
     for mine in by_worker.values():
         assert [r.seq for r in mine] == list(range(len(mine)))
         assert [r.wall_time for r in mine] == sorted(r.wall_time for r in mine)
         begin, end = mine[0], mine[-1]
         assert begin.name == "train_begin"
         assert begin.info["epochs"] == epochs and begin.info["steps"] == steps_per_epoch
+        assert begin.info["initial_step"] == 0
         assert end.name == "train_end" and end.info["steps"] == epochs * steps_per_epoch
         ends = [r for r in mine if r.kind == "epoch"]
         assert [r.epoch for r in ends] == list(range(epochs))

@@ -70,6 +70,7 @@ class Dashboard:
         interval: float = 0.5,
         min_redraw: float = 0.5,
         max_points: int = 400,
+        idle_stop: float = 60.0,
     ) -> None:
         mode = mode or settings.plot_mode()
         if mode not in ("live", "static"):
@@ -94,6 +95,8 @@ class Dashboard:
         self.interval = interval
         self.min_redraw = min_redraw
         self.max_points = max_points
+        self.idle_stop = idle_stop
+        self._shown = False
         self.data = RunData(workers or ())
         self.finished = False
         self.saved_path: Path | None = None
@@ -121,10 +124,13 @@ class Dashboard:
         with self._data_lock:
             self.data.add(record)
             self._seen[record.worker] = time.monotonic()
+            restart = self._shown and self._thread is None and not self.finished
             if self.mode == "static" and record.kind == "epoch":
                 worker = self.data.workers[record.worker]
                 total = self.total_steps or worker.total_steps
                 print(status_mod.epoch_line(record, worker.epochs_total, total), flush=True)
+        if restart:
+            self._start_thread()
 
     def extend(self, records: Iterable[Record]) -> None:
         for record in records:
@@ -165,6 +171,7 @@ class Dashboard:
             from IPython.display import display
 
             display(self.widget)
+            self._shown = True
             shell = _kernel_shell()
             self._shown_in = getattr(shell, "execution_count", None)
             self._start_thread()
@@ -219,6 +226,21 @@ class Dashboard:
                 self.refresh()
             except Exception as exc:  # keep refreshing; show what went wrong
                 self._note_error(f"refresh failed: {type(exc).__name__}: {exc}")
+            if self._idle():
+                break
+        with self._lock:
+            if self._thread is threading.current_thread():
+                self._thread = None
+
+    def _idle(self) -> bool:
+        """Nothing more can arrive for a while: the collector is closed, or (fed in-process,
+        e.g. a training run that was interrupted) no record came for ``idle_stop`` s. The
+        thread then stops; a new record from :meth:`add` starts it again."""
+        if self._collector is not None:
+            return bool(getattr(self._collector, "closed", False))
+        with self._data_lock:
+            last = max(self._seen.values(), default=self._started)
+        return time.monotonic() - last > self.idle_stop
 
     def _note_error(self, message: str) -> None:
         if message not in self.errors:
@@ -231,8 +253,9 @@ class Dashboard:
 
     def _run_figure(self) -> RunFigure:
         if self._figure is None:
+            live = self.mode == "live"  # the widget shows the title above the figure
             self._figure = RunFigure(
-                self.title, max_points=self.max_points, blit=self.mode == "live"
+                None if live else self.title, max_points=self.max_points, blit=live
             )
         return self._figure
 

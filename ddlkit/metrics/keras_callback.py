@@ -12,7 +12,9 @@ The classes derive from the Keras in use (tf-keras or Keras 3, see
 What a ``KerasReporter`` reports, through a :class:`~ddlkit.metrics.Reporter`
 (configured from the environment unless given; see there for where records go):
 
-- event ``train_begin`` (``epochs``, ``steps`` per epoch, ``batch_size``, ``every``);
+- event ``train_begin`` (``epochs``, ``steps`` per epoch, ``batch_size``, ``every``,
+  ``initial_step``: steps done by earlier ``fit`` calls with this callback, since
+  ``step`` keeps counting across them);
 - a step record every ``every`` training steps: Keras' loss and accuracy logs
   (running means over the epoch), ``step_time`` (wall time per step since the
   previous step record, data loading included) and ``examples_per_sec``
@@ -143,6 +145,7 @@ class _ReporterMixin:
             steps=_int_or_none(params.get("steps")),
             batch_size=self.batch_size,
             every=self.every,
+            initial_step=self._step,
         )
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
@@ -235,7 +238,7 @@ class _LivePlotMixin(_ReporterMixin):
             self.dashboard = Dashboard(
                 self.title,
                 workers=[self.reporter.worker],
-                total_steps=epochs * steps if epochs and steps else None,
+                total_steps=self._step + epochs * steps if epochs and steps else None,
                 mode=self.mode,
                 run_dir=self.reporter.run_dir,
                 save_path=self.save_path,

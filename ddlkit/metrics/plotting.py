@@ -30,6 +30,8 @@ MAX_POINTS = 400
 class RunFigure:
     """A 1x3 figure with one line per worker in each panel, updated in place.
 
+    ``title`` goes above the panels (None: no title, e.g. when a widget shows it).
+
     With ``blit=True`` (the live dashboard) axis limits only grow, in steps
     with headroom, and the axes, ticks and labels are drawn once per limit
     change and cached: a redraw then only paints the lines onto the cached
@@ -38,7 +40,7 @@ class RunFigure:
     """
 
     def __init__(
-        self, title: str, *, max_points: int = MAX_POINTS, dpi: int = 80, blit: bool = False
+        self, title: str | None, *, max_points: int = MAX_POINTS, dpi: int = 80, blit: bool = False
     ) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -48,8 +50,10 @@ class RunFigure:
         self.blit = blit
         self.figure = Figure(figsize=(12, 3.4), dpi=dpi)
         self.canvas = FigureCanvasAgg(self.figure)
-        self.figure.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.25)
-        self._title = self.figure.suptitle(title, fontsize=12)
+        top = 0.8 if title else 0.88
+        self.figure.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=top, wspace=0.25)
+        if title:
+            self.figure.suptitle(title, fontsize=12)
         self.axes = list(self.figure.subplots(1, 3))
         self._empty = []
         for ax, (_, _, name, xlabel) in zip(self.axes, PANELS, strict=True):
@@ -73,10 +77,6 @@ class RunFigure:
             )
         self.lines: dict[str, list] = {}
         self._limits: list[tuple[float, float, float, float] | None] = [None] * len(PANELS)
-        self._background = None
-
-    def set_title(self, title: str) -> None:
-        self._title.set_text(title)
         self._background = None
 
     def update(self, data: Snapshot, total_steps: int | None = None) -> None:

@@ -82,9 +82,13 @@ class WorkerData:
 
     @property
     def total_steps(self) -> int | None:
+        """The ``step`` this worker's training ends at, from ``train_begin``."""
         epochs, steps = self.begin.get("epochs"), self.begin.get("steps")
+        initial = self.begin.get("initial_step", 0)
+        if not isinstance(initial, int) or isinstance(initial, bool) or initial < 0:
+            initial = 0
         if isinstance(epochs, int) and isinstance(steps, int) and epochs > 0 and steps > 0:
-            return epochs * steps
+            return initial + epochs * steps
         return None
 
     @property
