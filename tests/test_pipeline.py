@@ -401,3 +401,94 @@ def test_for_strategy_shards_across_two_multi_worker_processes():
         assert r["by_hand"] == list(range(r["task"], 100, 2)), "sharded once, not twice"
     a, b = (r["whole"] for r in results)
     assert sorted(a + b) == list(range(100)), "TF splits an unsharded data set by element"
+
+
+PS_SERVER = textwrap.dedent(
+    """
+    import ddlkit
+    from ddlkit.backend import tf
+
+    tf_ = tf()
+    resolver = tf_.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf_.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+        protocol="grpc", start=True,
+    )
+    server.join()  # never returns: the test ends it
+    """
+)
+
+PS_CHIEF = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import ddlkit
+    from ddlkit import models
+    from ddlkit.backend import tf
+    from ddlkit.data import pipeline as pl
+    from ddlkit.errors import ConfigError
+
+    tf_ = tf()
+    resolver = tf_.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf_.distribute.experimental.ParameterServerStrategy(resolver)
+    # Learnable images: a fixed template per class plus noise.
+    rng = np.random.default_rng(0)
+    templates = rng.integers(0, 256, (10, 28, 28))
+    y = rng.integers(0, 10, 640)
+    noise = rng.integers(0, 256, (640, 28, 28))
+    x = np.clip(0.7 * templates[y] + 0.3 * noise, 0, 255).astype(np.uint8)
+    try:
+        pl.for_strategy(strategy, x, y, per_replica_batch=32)
+        refused = ""
+    except ConfigError as exc:
+        refused = str(exc)
+    with strategy.scope():
+        model = models.compile_classifier(
+            models.mnist_cnn(seed=0), optimizer=models.make_optimizer("adam", 3e-3, legacy=True)
+        )
+    history = model.fit(
+        pl.dataset_creator(x, y, global_batch=32), epochs=3, steps_per_epoch=10, verbose=0
+    )
+    print(json.dumps({"refused": refused, "losses": history.history["loss"]}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_dataset_creator_trains_under_a_real_parameter_server_cluster():
+    chief, worker, ps = (f"127.0.0.1:{port}" for port in free_ports(3))
+    cluster = {"chief": [chief], "worker": [worker], "ps": [ps]}
+
+    def env(task_type: str) -> dict[str, str]:
+        task = {"type": task_type, "index": 0}
+        return {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
+
+    servers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PS_SERVER],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+            env=env(task_type),
+        )
+        for task_type in ("worker", "ps")
+    ]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", PS_CHIEF],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            cwd=REPO,
+            env=env("chief"),
+        )
+    finally:
+        for server in servers:  # tf.distribute.Server never exits by itself
+            server.kill()
+            server.wait(timeout=10)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "dataset_creator(x, y, global_batch=...)" in out["refused"]
+    losses = out["losses"]
+    assert len(losses) == 3 and np.isfinite(losses).all()
+    assert losses[-1] < losses[0], f"the PS cluster trains on the pipeline: {losses}"
