@@ -4,7 +4,8 @@ This proves the harness (server, browser, running a cell, watching its output)
 on a cell of our own: a matplotlib figure drawn into an ``ipywidgets.Image``
 and a counter ``Label``, both updated 5 times a second from a thread. The
 dashboard test swaps in the cell that launches two workers, and a check such
-as ``RendersChange(times=3, texts=("worker 0", "worker 1"))``.
+as ``RendersChange(times=3, texts=("worker-0", "worker-1"))`` (the status table
+names each worker).
 """
 
 from __future__ import annotations
