@@ -2,8 +2,9 @@
 blocking or failing the training loop.
 
 The training thread only appends to a bounded in-memory queue. One daemon
-thread connects (hello + token), sends in batches, and on any failure closes
-the socket and retries with exponential backoff (50 ms doubling to 1 s), so a
+thread connects (hello + token), sends in batches (lingering 10 ms to gather
+them), and on any failure closes the socket and retries with exponential
+backoff (50 ms doubling to 1 s), so a
 collector that starts late or restarts still gets later records. When the
 queue is full the oldest queued line is dropped (it is still in the worker's
 JSONL file) and counted. A collector that refuses the token is not retried:
@@ -27,6 +28,7 @@ SEND_TIMEOUT = 5.0
 BACKOFF_START = 0.05
 BACKOFF_MAX = 1.0
 BATCH = 512
+LINGER = 0.01  # wait this long after the first queued line, to send lines in batches
 
 
 class Sender:
@@ -127,6 +129,8 @@ class Sender:
             while self._wait_for_work():
                 if self._sock is None and not self._connect():
                     continue
+                if self._deadline is None and len(self._pending) < BATCH:
+                    time.sleep(LINGER)  # fewer, larger sends: less work beside training
                 with self._cond:
                     count = min(len(self._pending), BATCH)
                     batch = [self._pending.popleft() for _ in range(count)]
