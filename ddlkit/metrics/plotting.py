@@ -56,11 +56,11 @@ class RunFigure:
             self.figure.suptitle(title, fontsize=12)
         self.axes = list(self.figure.subplots(1, 3))
         self._empty = []
-        for ax, (_, _, name, xlabel) in zip(self.axes, PANELS, strict=True):
+        for ax, (_, x_name, name, xlabel) in zip(self.axes, PANELS, strict=True):
             ax.set_title(name, fontsize=10)
             ax.set_xlabel(xlabel, fontsize=9)
             ax.tick_params(labelsize=8)
-            ax.xaxis.set_major_locator(MaxNLocator(5))
+            ax.xaxis.set_major_locator(MaxNLocator(5, integer=x_name == "step"))
             ax.yaxis.set_major_locator(MaxNLocator(5))
             ax.grid(True, alpha=0.3)
             self._empty.append(
