@@ -13,6 +13,8 @@ states, results, the live table), :mod:`.runs` (run ids, run directory layout,
 from __future__ import annotations
 
 from ddlkit.launch.job import Job
+from ddlkit.launch.plan import STRATEGIES, LaunchConfig
+from ddlkit.launch.run import Run, start
 from ddlkit.launch.runs import (
     RunInfo,
     list_runs,
@@ -28,6 +30,9 @@ __all__ = [
     "Job",
     "JobResult",
     "JobSpec",
+    "LaunchConfig",
+    "Run",
+    "STRATEGIES",
     "RunInfo",
     "StatusTable",
     "WorkerSpec",
@@ -37,6 +42,7 @@ __all__ = [
     "metrics_dir",
     "new_run_id",
     "runs_table",
+    "start",
     "thread_env",
     "worker_env",
 ]
