@@ -289,4 +289,10 @@ def compile_classifier(
         loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
+    if hasattr(model, "distribute_reduction_method"):
+        # tf-keras' default ("auto" = "sum" off TPU) adds up the per-batch loss and metrics
+        # of every worker under MultiWorkerMirroredStrategy, although they are already
+        # synchronised: with 2 workers the batch logs (and callbacks) see twice the loss.
+        # "first" takes the synchronised value, as tf-keras documents for training.
+        model.distribute_reduction_method = "first"
     return model
