@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ddlkit import settings
 from ddlkit.cluster import ClusterSpec
+from ddlkit.errors import DdlkitError
 from ddlkit.launch import devices, plan
 from ddlkit.launch.job import Job, JobResult, WorkerStatus
 from ddlkit.launch.runs import new_run_id
@@ -78,11 +79,17 @@ class Run:
     def dashboard(self, title: str | None = None, **kwargs):
         """Show the live dashboard of this run (one per run; later calls return it)."""
         if self.collector is None:
-            raise RuntimeError("this run was started with live=False, so it has no dashboard")
+            raise DdlkitError(
+                f"run {self.run_id} was started with live=False, so no metrics reach this "
+                f"notebook. Fix: start it with live=True, or plot its files afterwards with "
+                f"dk.metrics.plot_run({str(self.run_dir)!r})."
+            )
         if self._dashboard is None:
             from ddlkit.metrics import Dashboard
 
             title = title or f"{self.config.strategy} x{self.config.workers}: {self.run_id}"
+            workers = [w.name for w in self.job.spec.workers]  # fixed colours, in task order
+            kwargs.setdefault("workers", workers)
             self._dashboard = Dashboard(title, run_dir=self.run_dir, **kwargs)
             self._dashboard.follow(self.collector, self._process_status)
         return self._dashboard
