@@ -88,8 +88,9 @@ class Run:
             from ddlkit.metrics import Dashboard
 
             title = title or f"{self.config.strategy} x{self.config.workers}: {self.run_id}"
-            workers = [w.name for w in self.job.spec.workers]  # fixed colours, in task order
-            kwargs.setdefault("workers", workers)
+            if self.config.strategy != "horovod":  # Horovod ranks name themselves
+                workers = [w.name for w in self.job.spec.workers]  # fixed colours, task order
+                kwargs.setdefault("workers", workers)
             self._dashboard = Dashboard(title, run_dir=self.run_dir, **kwargs)
             self._dashboard.follow(self.collector, self._process_status)
         return self._dashboard
