@@ -110,6 +110,17 @@ def test_for_dataset_picks_the_tutorial_cnn():
         models.for_dataset("imagenet")
 
 
+def test_for_dataset_fits_every_data_set_load_knows():
+    from ddlkit.data import catalog
+
+    for name in catalog.NAMES:
+        spec = catalog.spec(name)
+        model = models.for_dataset(name)
+        height, width, *channels = spec.image_shape
+        assert model.input_shape == (None, height, width, channels[0] if channels else 1)
+        assert model.output_shape == (None, spec.num_classes)
+
+
 def test_compile_classifier_uses_logits_loss_and_accuracy():
     model = models.compile_classifier(models.mnist_cnn(), learning_rate=0.01, optimizer="sgd")
     assert model.loss.get_config()["from_logits"] is True
