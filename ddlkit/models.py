@@ -16,7 +16,8 @@ the models build under tf-keras (the default) and under Keras 3.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from ddlkit.backend import active_flavour, keras
@@ -30,7 +31,7 @@ class _Initializers:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"seed={seed!r} is not an integer. Fix: pass an int, or seed=None.")
         self._seed = seed
-        self._count: Iterator[int] = iter(range(1 << 30))
+        self._count = itertools.count()
 
     def __call__(self, kind: str) -> Any:
         """``kind`` is ``"glorot_uniform"`` or ``"he_normal"``."""
