@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 
-import tensorflow as tf
-
 import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
+
+# isort: split
+import tensorflow as tf
 
 
 def main() -> int:

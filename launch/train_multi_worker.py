@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import time
 
+import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
+
+# isort: split
 import tensorflow as tf
 from _common import parse_args, report, test_accuracy
 
-import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
 
