@@ -224,6 +224,25 @@ def _build(x: np.ndarray, y: np.ndarray, config: PipelineConfig):
     return ds.with_options(options)
 
 
+def _per_input_pipeline(x: np.ndarray, y: np.ndarray, global_batch: int, **options: Any):
+    """A ``fn(input_context)`` giving input pipeline ``input_pipeline_id`` its shard,
+    batched by its replicas' share of ``global_batch`` (TensorFlow calls it per worker)."""
+
+    def fn(input_context):
+        return _build(
+            x,
+            y,
+            PipelineConfig(
+                batch_size=input_context.get_per_replica_batch_size(global_batch),
+                num_shards=input_context.num_input_pipelines,
+                shard_index=input_context.input_pipeline_id,
+                **options,
+            ),
+        )
+
+    return fn
+
+
 def make_dataset(
     x: Any,
     y: Any,
@@ -295,22 +314,16 @@ def for_strategy(
     # TensorFlow's call of dataset_fn where the error would be wrapped.
     PipelineConfig(batch_size=per_replica_batch, shuffle=shuffle, seed=seed, normalize=normalize)
 
-    def per_worker(input_context):
-        return _build(
-            x,
-            y,
-            PipelineConfig(
-                batch_size=input_context.get_per_replica_batch_size(global_batch),
-                shuffle=shuffle,
-                seed=seed,
-                repeat=repeat,
-                num_shards=input_context.num_input_pipelines,
-                shard_index=input_context.input_pipeline_id,
-                drop_remainder=drop_remainder,
-                normalize=normalize,
-            ),
-        )
-
+    per_worker = _per_input_pipeline(
+        x,
+        y,
+        global_batch,
+        shuffle=shuffle,
+        seed=seed,
+        repeat=repeat,
+        drop_remainder=drop_remainder,
+        normalize=normalize,
+    )
     return strategy.distribute_datasets_from_function(per_worker)
 
 
@@ -372,22 +385,9 @@ def dataset_fn(
     x, y = _as_arrays(x, y)
     PipelineConfig(batch_size=global_batch, shuffle=shuffle, seed=seed, normalize=normalize)
 
-    def fn(input_context):
-        return _build(
-            x,
-            y,
-            PipelineConfig(
-                batch_size=input_context.get_per_replica_batch_size(global_batch),
-                shuffle=shuffle,
-                seed=seed,
-                repeat=True,
-                num_shards=input_context.num_input_pipelines,
-                shard_index=input_context.input_pipeline_id,
-                normalize=normalize,
-            ),
-        )
-
-    return fn
+    return _per_input_pipeline(
+        x, y, global_batch, shuffle=shuffle, seed=seed, repeat=True, normalize=normalize
+    )
 
 
 def dataset_creator(
