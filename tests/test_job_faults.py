@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from procutil import alive, marked_pids, wait_until
 
 from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import Job, JobSpec, WorkerSpec, log_path
@@ -50,40 +51,6 @@ elif mode == "sleep":
     time.sleep(60)
 # mode "exit": return at once; the atexit hook must stop the job
 """
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def marked_pids(marker: str) -> list[int]:
-    """Live processes whose argv contains ``marker`` (a dying one may already show none)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in argv and alive(int(entry)):
-            found.append(int(entry))
-    return found
-
-
-def wait_until(predicate, timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 @pytest.fixture

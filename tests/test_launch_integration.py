@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procutil import alive
 
 from ddlkit.errors import ConfigError, WorkerFailedError
 from ddlkit.launch import run as run_mod
@@ -20,18 +21,6 @@ from ddlkit.metrics import load_run
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "launch"
 pytestmark = pytest.mark.slow
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _json_lines(text: str) -> list[dict]:
@@ -117,9 +106,9 @@ def test_a_killed_worker_brings_the_job_down_with_no_orphans(tmp_path):
     message = str(err.value)
     assert "worker-1" in message and "SIGKILL" in message
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids.values() if _alive(p)], "orphan worker processes left"
+    assert not [p for p in pids.values() if alive(p)], "orphan worker processes left"
     assert run.collector.closed
 
 
@@ -203,6 +192,6 @@ def test_ctrl_c_in_the_cli_stops_every_worker(tmp_path):
     assert cli.returncode == 130, err
     assert "stopped" in err
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids.values() if _alive(p)]
+    assert not [p for p in pids.values() if alive(p)]
