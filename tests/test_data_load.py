@@ -7,6 +7,7 @@ import shutil
 import socket
 import threading
 import time
+import urllib.request
 import warnings
 
 import numpy as np
@@ -245,6 +246,9 @@ class _RefusingProxy:
 def test_failed_keras_download_falls_back_to_the_kit_cache(data_env, tmp_path, monkeypatch):
     """Online as far as the probe can tell, but Keras' download fails: the kit cache is used."""
     monkeypatch.delenv("DDLKIT_OFFLINE")
+    # urllib builds its global opener, proxies included, at the first urlopen of the
+    # process; an earlier test's download would pin it to "no proxy". Start afresh.
+    monkeypatch.setattr(urllib.request, "_opener", None)
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
     with _RefusingProxy() as proxy:
