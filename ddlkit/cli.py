@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ps", type=int, default=1, help="parameter servers (parameter_server)")
     p.add_argument("--label", default="", help="a word to put in the run id")
     p.add_argument("--no-live", action="store_true", help="no metrics collector")
+    p.add_argument("--collector-port", type=int, default=0, help="default: a free port")
     p.add_argument("--no-pin", action="store_true", help="do not pin workers to cores")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: DDLKIT_RUNS or ./runs")
     p.add_argument("--timeout", type=float, default=None, help="seconds before the job is stopped")
@@ -86,6 +87,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         live=not args.no_live,
         pin_cores=not args.no_pin,
         runs_dir=args.runs_dir,
+        collector_port=args.collector_port,
     )
     print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
     try:

@@ -122,6 +122,36 @@ def test_bad_input_starts_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == [tmp_path / "missing.py"] or not list(tmp_path.iterdir())
 
 
+def test_a_busy_collector_port_is_one_line_and_starts_nothing(tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ddlkit.cli",
+                "launch",
+                "-n",
+                "2",
+                "--collector-port",
+                str(port),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                str(LAUNCH / "report_tf_config.py"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    assert proc.returncode == 2
+    assert f"{port}" in proc.stderr and "Fix" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "runs").glob("*/job.json")), "nothing may start"
+
+
 def test_cli_reports_a_failing_worker_on_stderr_with_exit_1(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text(

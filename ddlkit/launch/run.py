@@ -149,6 +149,7 @@ def start(
     pin_cores: bool = True,
     runs_dir: str | Path | None = None,
     collector_host: str = "127.0.0.1",
+    collector_port: int = 0,
     token: str | None = None,
 ) -> Run:
     """Start `script` under `strategy` with `workers` workers; returns at once.
@@ -170,7 +171,9 @@ def start(
     run_dir = Path(runs_dir or settings.runs_dir()) / run_id
     horovodrun = plan.find_horovodrun(config.python) if strategy == "horovod" else None
     cluster = plan.cluster_for(config)
-    collector = Collector(run_dir, host=collector_host, token=token) if live else None
+    collector = (
+        Collector(run_dir, host=collector_host, port=collector_port, token=token) if live else None
+    )
     try:
         spec = plan.plan(
             config,
