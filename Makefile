@@ -13,6 +13,8 @@ comma := ,
 INSTALLED := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 LAB_PORT ?= 8888
 LAB_IP ?= 127.0.0.1
+# JupyterLab refuses to start as root unless told; containers and CI boxes often are root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
 
 .PHONY: lab test install system data lint clean-venv
@@ -35,7 +37,8 @@ data: $(INSTALLED)
 	$(BIN)/python -m ddlkit.data prepare
 
 lab: install
-	$(BIN)/jupyter lab --ip=$(LAB_IP) --port=$(LAB_PORT) --no-browser notebooks/00_start_here.ipynb
+	$(BIN)/jupyter lab --ip=$(LAB_IP) --port=$(LAB_PORT) --no-browser $(ALLOW_ROOT) \
+		notebooks/00_start_here.ipynb
 
 test: install
 	$(BIN)/ruff check ddlkit tests launch benchmarks
