@@ -27,6 +27,16 @@ def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+CLI = (sys.executable, "-m", "ddlkit.cli", "launch")
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `ddlkit launch ARGS` as a user would: its own process, no stdin."""
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
 def test_two_workers_parse_one_cluster_with_unique_indexes(tmp_path):
     run = run_mod.start(LAUNCH / "report_tf_config.py", workers=2, runs_dir=tmp_path)
     result = run.wait(timeout=180)
@@ -127,24 +137,15 @@ def test_a_busy_collector_port_is_one_line_and_starts_nothing(tmp_path):
 
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ddlkit.cli",
-                "launch",
-                "-n",
-                "2",
-                "--collector-port",
-                str(port),
-                "--runs-dir",
-                str(tmp_path / "runs"),
-                str(LAUNCH / "report_tf_config.py"),
-            ],
-            capture_output=True,
-            text=True,
+        proc = _cli(
+            "-n",
+            "2",
+            "--collector-port",
+            str(port),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            str(LAUNCH / "report_tf_config.py"),
             timeout=60,
-            stdin=subprocess.DEVNULL,
         )
     assert proc.returncode == 2
     assert f"{port}" in proc.stderr and "Fix" in proc.stderr
@@ -159,23 +160,7 @@ def test_cli_reports_a_failing_worker_on_stderr_with_exit_1(tmp_path):
         "print('working on', os.environ['DDLKIT_WORKER'], flush=True)\n"
         "sys.exit(3 if os.environ['DDLKIT_WORKER'] == 'worker-1' else 0)\n"
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ddlkit.cli",
-            "launch",
-            "-n",
-            "2",
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = _cli("-n", "2", "--runs-dir", str(tmp_path / "runs"), str(script))
     assert proc.returncode == 1, proc.stderr
     assert "worker-1" in proc.stderr and "3" in proc.stderr
     assert "working on worker-1" in proc.stderr
@@ -186,18 +171,7 @@ def test_ctrl_c_in_the_cli_stops_every_worker(tmp_path):
     script.write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
     runs = tmp_path / "runs"
     cli = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ddlkit.cli",
-            "launch",
-            "-n",
-            "2",
-            "--no-live",
-            "--runs-dir",
-            str(runs),
-            str(script),
-        ],
+        [*CLI, "-n", "2", "--no-live", "--runs-dir", str(runs), str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
