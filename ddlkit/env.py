@@ -7,7 +7,6 @@ be shown in a notebook, printed by the CLI, or asserted on in tests.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import platform
@@ -16,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ddlkit import backend
+from ddlkit._tables import html_table
 
 
 @dataclass(frozen=True)
@@ -59,21 +59,11 @@ class EnvReport:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            "<tr><td>{}</td><td style='text-align:left'>{}</td><td>{}</td>"
-            "<td style='text-align:left'>{}</td></tr>".format(
-                html.escape(c.name),
-                html.escape(c.value),
-                "&#9989;" if c.ok else ("optional" if c.optional else "&#9888;&#65039;"),
-                html.escape(c.fix),
-            )
-            for c in self.checks
-        )
-        return (
-            "<table><thead><tr><th>check</th><th style='text-align:left'>found</th>"
-            "<th></th><th style='text-align:left'>fix</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>"
-        )
+        def mark(c: Check) -> str:
+            return "\u2705" if c.ok else ("optional" if c.optional else "\u26a0\ufe0f")
+
+        rows = [(c.name, c.value, mark(c), c.fix) for c in self.checks]
+        return html_table(("check", "found", "", "fix"), rows)
 
 
 def usable_cores() -> int:

@@ -7,7 +7,6 @@ small JSON files under ``runs/results/`` (never pickle).
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import time
@@ -15,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ddlkit import settings
+from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError
 
 
@@ -139,9 +139,8 @@ def table(results: list[Result], baseline: Result | None = None) -> str:
                 f"{r.examples_per_sec / baseline.examples_per_sec:.2f}x",
                 f"{r.test_accuracy - baseline.test_accuracy:+.4f}",
             ]
-        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        rows.append(cells)
+    return html_table(head, rows)
 
 
 class Comparison:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import html
+from ddlkit._tables import html_table, text_table
 
 
 def _plural(n: int, word: str) -> str:
@@ -19,23 +19,8 @@ class _Table:
 
     def __str__(self) -> str:
         caption, headers, rows = self._table()
-        cells = [list(headers)] + [[str(c) for c in row] for row in rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            for row in cells
-        ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join([caption, *lines])
+        return text_table(headers, rows, caption, rule=True)
 
     def _repr_html_(self) -> str:
         caption, headers, rows = self._table()
-        esc = html.escape
-        head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
-        )
-        return (
-            f"<table><caption>{esc(caption)}</caption>"
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        )
+        return html_table(headers, rows, caption, left=False)

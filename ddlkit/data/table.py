@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import html
 from dataclasses import fields
 from typing import Any
+
+from ddlkit._tables import html_table, text_table
 
 
 def _cell(value: Any) -> str:
@@ -21,21 +22,7 @@ class Table(list):
         return [[_cell(getattr(row, c)) for c in self.columns()] for row in self]
 
     def __str__(self) -> str:
-        cols = self.columns()
-        rows = self.cells()
-        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
-        lines += [
-            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
-        ]
-        return "\n".join(lines)
+        return text_table(self.columns(), self.cells())
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.columns())
-        body = "".join(
-            "<tr>"
-            + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in r)
-            + "</tr>"
-            for r in self.cells()
-        )
-        return f"<table><tr>{head}</tr>{body}</table>"
+        return html_table(self.columns(), self.cells())

@@ -9,13 +9,13 @@ starts a process; `ddlkit.launch.run` does.
 
 from __future__ import annotations
 
-import html
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddlkit import backend
+from ddlkit._tables import html_table
 from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hosts, task_name
 from ddlkit.errors import ConfigError
 from ddlkit.launch import devices as dev
@@ -118,12 +118,7 @@ class LaunchConfig:
         return rows
 
     def _repr_html_(self) -> str:
-        body = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in self.rows()
-        )
-        return f"<table>{body}</table>"
+        return html_table(("setting", "value"), self.rows())
 
 
 def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | None:

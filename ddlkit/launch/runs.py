@@ -19,8 +19,8 @@ import secrets
 import socket
 from pathlib import Path
 
+from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
-from ddlkit.launch import _html
 from ddlkit.launch.spec import NAME_PATTERN
 
 JOB_FILE = "job.json"
@@ -89,7 +89,7 @@ class RunInfo:
         return [self.run_id, self.state, len(self.workers), self.created_at, self.ended_at]
 
     def _repr_html_(self) -> str:
-        return _html.table(_RUN_HEADERS, [self._row()])
+        return html_table(_RUN_HEADERS, [self._row()])
 
 
 _RUN_HEADERS = ("run", "state", "workers", "started", "ended")
@@ -97,7 +97,7 @@ _RUN_HEADERS = ("run", "state", "workers", "started", "ended")
 
 def runs_table(runs: list[RunInfo]) -> str:
     """Plain-text table of runs (for ``ddlkit runs``)."""
-    return _html.text_table(_RUN_HEADERS, [r._row() for r in runs])
+    return text_table(_RUN_HEADERS, [r._row() for r in runs])
 
 
 def _pid_alive(pid: int) -> bool:

@@ -15,8 +15,8 @@ import types
 from collections.abc import Mapping
 from pathlib import Path
 
+from ddlkit._tables import html_table
 from ddlkit.errors import ConfigError
-from ddlkit.launch import _html
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -170,7 +170,7 @@ class WorkerSpec:
         return [self.name, shlex.join(self.argv), env, self.cwd, self.log_path, cpus, self.threads]
 
     def _repr_html_(self) -> str:
-        return _html.table(_WORKER_HEADERS, [self._row()])
+        return html_table(_WORKER_HEADERS, [self._row()])
 
 
 _WORKER_HEADERS = ("worker", "command", "env additions", "cwd", "log", "cpus", "threads")
@@ -231,7 +231,7 @@ class JobSpec:
 
     def _repr_html_(self) -> str:
         caption = f"run {self.run_id} in {self.run_dir}"
-        return _html.table(_WORKER_HEADERS, [w._row() for w in self.workers], caption)
+        return html_table(_WORKER_HEADERS, [w._row() for w in self.workers], caption)
 
 
 def worker_env(

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
-from ddlkit.launch import _html, runs
+from ddlkit.launch import runs
 
 if TYPE_CHECKING:
     from ddlkit.launch.job import Job
@@ -89,7 +90,7 @@ class JobResult:
 
     def _repr_html_(self) -> str:
         caption = f"run {self.run_id}: {self.state} after {self.duration:.1f} s"
-        return _html.table(_STATUS_HEADERS, _status_rows(self.workers), caption)
+        return html_table(_STATUS_HEADERS, _status_rows(self.workers), caption)
 
 
 class StatusTable:
@@ -104,7 +105,7 @@ class StatusTable:
 
     def _repr_html_(self) -> str:
         caption = f"run {self.job.run_id}: {self.job.state}"
-        return _html.table(_STATUS_HEADERS, _status_rows(self.job.status()), caption)
+        return html_table(_STATUS_HEADERS, _status_rows(self.job.status()), caption)
 
     def __repr__(self) -> str:
-        return _html.text_table(_STATUS_HEADERS, _status_rows(self.job.status()))
+        return text_table(_STATUS_HEADERS, _status_rows(self.job.status()))
