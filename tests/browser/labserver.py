@@ -19,12 +19,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from procutil import alive, wait_until
 
 MARKER = "DDLKIT_LAB_TEST"
 
@@ -116,24 +117,6 @@ def lab_argv(python: str, dirs: LabDirs) -> list[str]:
     ]
 
 
-def _wait(predicate, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def tagged_pids(tag: str) -> list[int]:
     """Live processes whose environment holds ``DDLKIT_LAB_TEST=<tag>``."""
     needle = f"{MARKER}={tag}".encode()
@@ -162,7 +145,7 @@ def kill_tagged(tag: str, timeout: float = 10.0) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if not _wait(lambda: not tagged_pids(tag), timeout):
+    if not wait_until(lambda: not tagged_pids(tag), timeout):
         raise LabHarnessError(
             f"processes tagged {MARKER}={tag} survived SIGKILL for {timeout:.0f} s: "
             f"{tagged_pids(tag)}"
@@ -212,7 +195,8 @@ class LabServer:
                 start_new_session=True,
             )
         info = self.dirs.jupyter["JUPYTER_RUNTIME_DIR"] / f"jpserver-{self._proc.pid}.json"
-        if not _wait(lambda: info.exists() or self._proc.poll() is not None, self.start_timeout):
+        started = lambda: info.exists() or self._proc.poll() is not None  # noqa: E731
+        if not wait_until(started, self.start_timeout):
             raise LabHarnessError(
                 f"jupyter lab wrote no {info.name} within {self.start_timeout:.0f} s; "
                 f"its log ends with:\n{self.log_tail()}"
@@ -223,7 +207,7 @@ class LabServer:
                 f"its log ends with:\n{self.log_tail()}"
             )
         self.url = json.loads(info.read_text())["url"]
-        if not _wait(self._answers, self.start_timeout, step=0.2):
+        if not wait_until(self._answers, self.start_timeout, step=0.2):
             raise LabHarnessError(
                 f"jupyter lab at {self.url} did not answer /api/status within "
                 f"{self.start_timeout:.0f} s; its log ends with:\n{self.log_tail()}"
@@ -249,9 +233,9 @@ class LabServer:
                         self.api("POST", "api/shutdown", timeout=5)  # ends its kernels too
                     except (OSError, urllib.error.URLError):
                         pass  # the signals below end it anyway
-                if not _wait(lambda: proc.poll() is not None, 15):
+                if not wait_until(lambda: proc.poll() is not None, 15):
                     os.killpg(proc.pid, signal.SIGTERM)
-                    if not _wait(lambda: proc.poll() is not None, 5):
+                    if not wait_until(lambda: proc.poll() is not None, 5):
                         os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
             kill_tagged(self.tag)
