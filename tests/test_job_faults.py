@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from procutil import alive, marked_pids, wait_until
 
-from ddlkit.errors import WorkerFailedError
+from ddlkit.errors import ConfigError, WorkerFailedError
 from ddlkit.launch import Job, JobSpec, WorkerSpec, log_path
 
 PY = sys.executable
@@ -224,3 +224,79 @@ def test_kernel_interrupt_and_restart_leave_no_workers(tmp_path, marker):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_kill_stops_the_job_and_names_the_deliberate_kill(tmp_path, marker):
+    spec = job_spec(tmp_path, {"worker-0": SLEEPER, "worker-1": SLEEPER}, marker)
+    job = Job.start(spec)
+    assert wait_until(lambda: "up" in job.tail("worker-1"), timeout=10)
+    job.kill("worker-1")
+    with pytest.raises(WorkerFailedError) as info:
+        job.wait(timeout=10)
+    assert info.value.worker == "worker-1" and info.value.signal_name == "SIGKILL"
+    assert "sent by Job.kill" in str(info.value)
+    assert not alive(job.pids["worker-0"])
+
+
+def test_losing_an_expendable_worker_does_not_stop_the_job(tmp_path, marker):
+    run_dir = tmp_path / "runs" / "r1"
+    finisher = "import sys, time; print('up', sys.argv[1], flush=True); time.sleep(2)"
+
+    def worker(name: str, code: str, **flags: bool) -> WorkerSpec:
+        return WorkerSpec(
+            name, (PY, "-c", code, marker), {}, tmp_path, log_path(run_dir, name), **flags
+        )
+
+    workers = (
+        worker("chief", finisher),
+        worker("worker-0", SLEEPER, service=True, expendable=True),
+        worker("worker-1", SLEEPER, service=True, expendable=True),
+    )
+    job = Job.start(JobSpec("r1", run_dir, workers))
+    assert wait_until(lambda: "up" in job.tail("worker-0"), timeout=10)
+    job.kill("worker-0")
+    result = job.wait(timeout=20)  # the chief finishes; the job ends the other worker
+    assert result.state == "finished"
+    states = {n: s.state for n, s in result.workers.items()}
+    assert states == {"chief": "finished", "worker-0": "failed", "worker-1": "stopped"}
+    assert result.workers["worker-0"].signal == "SIGKILL"
+
+
+def test_losing_every_expendable_worker_fails_the_job(tmp_path, marker):
+    run_dir = tmp_path / "runs" / "r1"
+    workers = tuple(
+        WorkerSpec(
+            name,
+            (PY, "-c", SLEEPER, marker),
+            {},
+            tmp_path,
+            log_path(run_dir, name),
+            service=name != "chief",
+            expendable=name != "chief",
+        )
+        for name in ("chief", "worker-0", "worker-1")
+    )
+    job = Job.start(JobSpec("r1", run_dir, workers))
+    assert wait_until(lambda: "up" in job.tail("worker-1"), timeout=10)
+    job.kill("worker-0")
+    time.sleep(0.5)
+    assert job.state == "running"  # one worker left: the job goes on
+    job.kill("worker-1")
+    with pytest.raises(WorkerFailedError) as info:
+        job.wait(timeout=10)
+    assert "last of the workers the job could lose" in str(info.value)
+    assert not alive(job.pids["chief"])
+
+
+def test_kill_of_an_unknown_or_ended_worker_is_a_clear_error(tmp_path, marker):
+    quick = "import sys; print('up', sys.argv[1])"
+    spec = job_spec(tmp_path, {"worker-0": quick, "worker-1": SLEEPER}, marker)
+    job = Job.start(spec)
+    try:
+        with pytest.raises(ConfigError, match="no worker named 'worker-9'"):
+            job.kill("worker-9")
+        assert wait_until(lambda: job.status()["worker-0"].exit_code is not None, timeout=10)
+        with pytest.raises(ConfigError, match="already ended"):
+            job.kill("worker-0")
+    finally:
+        job.stop()

@@ -60,6 +60,8 @@ def test_parameter_server_ends_servers_after_the_chief():
     }
     services = {w.name for w in job.workers if w.service}
     assert services == {"ps-0", "ps-1", "worker-0", "worker-1"}
+    expendable = {w.name for w in job.workers if w.expendable}
+    assert expendable == {"worker-0", "worker-1"}  # the coordinator survives losing these
     pinned = {w.name: w.cpus for w in job.workers}
     assert pinned["worker-0"] == (0,) and pinned["worker-1"] == (1,)
     assert pinned["chief-0"] is None and pinned["ps-0"] is None

@@ -237,6 +237,24 @@ class Job:
             for p in live:
                 p.wait_ended(timeout=5.0)
 
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to worker ``name`` as a fault would: on purpose.
+
+        The job reacts as it would to a crash: an ordinary worker's death stops the
+        job and ``wait()`` raises WorkerFailedError; an ``expendable`` one's is only
+        recorded. For teaching fault tolerance; use :meth:`stop` to end a job.
+        """
+        self.spec.worker(name)  # a clear error for an unknown name
+        p = self._procs[name]
+        if p.poll() is not None:
+            raise ConfigError(
+                f"worker {name!r} already ended (exit code {p.returncode}), so it cannot be "
+                f"killed. Fix: kill a running worker: "
+                f"{', '.join(n for n, q in self._procs.items() if q.returncode is None) or 'none'}."
+            )
+        p.killed_by = f"{signal_name(-sig) or sig} sent by Job.kill"
+        p.signal(sig)
+
     def add_done_callback(self, fn: Callable[[JobResult], None]) -> None:
         """Call ``fn(result)`` once the job has ended (at once if it already has)."""
         with self._lock:
@@ -276,8 +294,12 @@ class Job:
                 self._handled.add(name)
                 ended.append(p)
         failed = [p for p in ended if p.returncode != 0 and not p.stop_requested]
-        if failed and self._failure is None and not self._stop_asked:
-            self._failure = self._failure_error(failed[0])
+        fatal = [p for p in failed if not p.spec.expendable]
+        expendable = [p for p in self._procs.values() if p.spec.expendable]
+        if expendable and all(p.returncode not in (None, 0) for p in expendable):
+            fatal += [p for p in failed if p.spec.expendable]  # none left to go on with
+        if fatal and self._failure is None and not self._stop_asked:
+            self._failure = self._failure_error(fatal[0])
             self._stop_workers(self.grace)
             return
         mains = [p for p in self._procs.values() if not p.spec.service]
@@ -289,8 +311,12 @@ class Job:
         assert code is not None
         sig = signal_name(code)
         how = f"was killed by {sig}" if sig else f"exited with code {code}"
-        if sig == "SIGKILL":
+        if p.killed_by:
+            how += f" ({p.killed_by})"
+        elif sig == "SIGKILL":
             how += " (the out-of-memory killer, or a kill -9)"
+        if p.spec.expendable:
+            how += ", and it was the last of the workers the job could lose"
         log = p.spec.log_path
         lines = runs.tail(log, TAIL_LINES) if log.exists() else ""
         others = [n for n, q in self._procs.items() if q is not p and q.returncode is None]

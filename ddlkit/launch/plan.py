@@ -171,6 +171,7 @@ def plan(
         devices: dev.Devices,
         *,
         service: bool = False,
+        expendable: bool = False,
         command: tuple[str, ...] = argv,
     ) -> WorkerSpec:
         # pin_cores=False leaves cores and thread pools to the OS and TensorFlow.
@@ -185,6 +186,7 @@ def plan(
             cpus=cpus,
             threads=threads,
             service=service,
+            expendable=expendable,
         )
 
     if config.strategy == "mirrored":
@@ -214,8 +216,14 @@ def plan(
         for task in cluster.tasks:
             name = task_name(task)
             devices = by_name.get(name, dev.Devices(None, 1, () if gpus else None))
-            service = config.strategy == "parameter_server" and task.role != "chief"
-            workers.append(spec(name, cluster.env(task), devices, service=service))
+            ps_strategy = config.strategy == "parameter_server"
+            service = ps_strategy and task.role != "chief"
+            # The PS coordinator reschedules a lost worker's steps; losing a ps or the
+            # chief ends training, so only PS workers are expendable.
+            expendable = ps_strategy and task.role == "worker"
+            workers.append(
+                spec(name, cluster.env(task), devices, service=service, expendable=expendable)
+            )
     return JobSpec(run_id=run_id, run_dir=run_dir, workers=tuple(workers))
 
 

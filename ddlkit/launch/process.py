@@ -132,6 +132,7 @@ class WorkerProcess:
         self.started_at = started_at
         self.ended_at: float | None = None
         self.stop_requested = False
+        self.killed_by: str | None = None  # who sent a deliberate kill (Job.kill), if anyone
         self._lock = threading.Lock()
 
     @property

@@ -103,6 +103,13 @@ class Run:
             if self.job.done:
                 self._finish()
 
+    def kill(self, worker: str, sig: int | None = None) -> None:
+        """Kill one worker as a crash would (SIGKILL by default): see :meth:`Job.kill`."""
+        if sig is None:
+            self.job.kill(worker)
+        else:
+            self.job.kill(worker, sig)
+
     def stop(self) -> JobResult:
         try:
             return self.job.stop()

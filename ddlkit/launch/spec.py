@@ -63,7 +63,10 @@ class WorkerSpec:
     CUDA_VISIBLE_DEVICES...). ``cpus`` pins the process to those cores (only for
     workers without a GPU); ``threads`` sets the thread-count variables of
     :func:`thread_env`. A ``service`` worker is a server that never exits by itself
-    (a parameter server): the job ends it once every other worker has finished.
+    (a parameter server): the job ends it once every other worker has finished. An
+    ``expendable`` worker is one the strategy survives losing (a ParameterServerStrategy
+    worker: the coordinator reschedules its steps elsewhere): its death is recorded, but
+    it does not stop the job.
     """
 
     name: str
@@ -74,6 +77,7 @@ class WorkerSpec:
     cpus: tuple[int, ...] | None = None
     threads: int | None = None
     service: bool = False
+    expendable: bool = False
 
     def __post_init__(self) -> None:
         check_name("worker name", self.name)
@@ -162,6 +166,7 @@ class WorkerSpec:
             "cpus": None if self.cpus is None else list(self.cpus),
             "threads": self.threads,
             "service": self.service,
+            "expendable": self.expendable,
         }
 
     def _row(self) -> list[object]:
