@@ -25,6 +25,7 @@ _SUBMODULES = {
     "metrics",
     "models",
     "plots",
+    "replicas",
     "results",
     "settings",
 }
