@@ -6,9 +6,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 
 
-def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+def parse_args(
+    argv: list[str] | None,
+    description: str,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """The shared flags; ``extra(parser)`` adds a script's own."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion_mnist", "cifar10"))
     parser.add_argument("--epochs", type=int, default=1)
@@ -16,6 +22,8 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-3, help="for one replica")
     parser.add_argument("--steps-per-epoch", type=int, default=0, help="0: one pass over the data")
     parser.add_argument("--seed", type=int, default=0)
+    if extra is not None:
+        extra(parser)
     return parser.parse_args(argv)
 
 
