@@ -1,0 +1,302 @@
+"""Synchronous against asynchronous training: gradient staleness and time-to-accuracy.
+
+Pure functions over what the worker scripts report (no TensorFlow here):
+
+- :func:`summarize` and :func:`counts` turn the staleness of each asynchronous
+  step (how many updates by other workers landed between reading the weights
+  and applying the step's gradients) into summary numbers and a histogram;
+- :func:`eval_curve` reads the ``eval`` events a run's chief (parameter server
+  script) or worker-0 (``launch/train_sync_eval.py``) reported: accuracy on the
+  same held-out images against training seconds (evaluation time left out);
+- :func:`time_to_accuracy` is the first training second a curve reached a target;
+- :class:`SyncAsync` puts a synchronous and an asynchronous run side by side as
+  a table and one figure (:meth:`SyncAsync.plot`).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ddlkit._tables import html_table
+from ddlkit.errors import DdlkitError
+
+
+@dataclass(frozen=True)
+class StalenessSummary:
+    """Staleness of a set of asynchronous steps (0 = no other update in between)."""
+
+    count: int
+    mean: float
+    median: float
+    max: int
+    stale_fraction: float  # share of steps with staleness > 0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _check_values(values: Sequence[int]) -> list[int]:
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise DdlkitError(
+                f"staleness {v!r} is not an integer >= 0: it counts updates between a step's "
+                f"read of the weights and its own update. Fix: pass the step function's "
+                f"int(iterations_after - iterations_before) values."
+            )
+        out.append(v)
+    return out
+
+
+def summarize(values: Sequence[int]) -> StalenessSummary:
+    """Count, mean, median, max and the share of stale steps (pure)."""
+    vals = sorted(_check_values(values))
+    if not vals:
+        raise DdlkitError(
+            "no staleness values to summarize. Fix: pass the values of at least one step."
+        )
+    n = len(vals)
+    mid = n // 2
+    median = float(vals[mid]) if n % 2 else (vals[mid - 1] + vals[mid]) / 2
+    return StalenessSummary(
+        count=n,
+        mean=sum(vals) / n,
+        median=median,
+        max=vals[-1],
+        stale_fraction=sum(1 for v in vals if v > 0) / n,
+    )
+
+
+def counts(values: Sequence[int]) -> dict[str, int]:
+    """A histogram ``{"0": steps, "1": steps, ...}`` with every value up to the max (pure).
+
+    Keys are strings so the histogram survives JSON unchanged.
+    """
+    vals = _check_values(values)
+    if not vals:
+        return {}
+    out = {str(k): 0 for k in range(max(vals) + 1)}
+    for v in vals:
+        out[str(v)] += 1
+    return out
+
+
+def from_counts(histogram: Mapping[str, int]) -> list[int]:
+    """The values a :func:`counts` histogram was made from, in sorted order (pure)."""
+    out: list[int] = []
+    for key, n in sorted(histogram.items(), key=lambda kv: int(kv[0])):
+        out.extend([int(key)] * int(n))
+    return out
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """Held-out accuracy after ``step`` steps and ``train_seconds`` of training."""
+
+    step: int
+    examples: int
+    train_seconds: float
+    accuracy: float
+    loss: float
+
+
+def eval_curve(records: Iterable) -> list[EvalPoint]:
+    """The ``eval`` events of a run's records, in training-time order (pure).
+
+    ``records`` are :class:`ddlkit.metrics.Record` objects (``dk.metrics.load_run``
+    or ``run.records()``); only events named ``eval`` count.
+    """
+    points = []
+    for r in records:
+        if r.kind != "event" or r.name != "eval":
+            continue
+        info = r.info
+        try:
+            points.append(
+                EvalPoint(
+                    step=int(info["step"]),
+                    examples=int(info["examples"]),
+                    train_seconds=float(info["train_seconds"]),
+                    accuracy=float(info["accuracy"]),
+                    loss=float(info["loss"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DdlkitError(
+                f"eval event of {r.worker!r} (seq {r.seq}) lacks step, examples, "
+                f"train_seconds, accuracy or loss ({exc!r}). Fix: report evals with "
+                f"reporter.event('eval', step=..., examples=..., train_seconds=..., "
+                f"accuracy=..., loss=...)."
+            ) from exc
+    return sorted(points, key=lambda p: (p.train_seconds, p.step))
+
+
+def time_to_accuracy(curve: Sequence[EvalPoint], target: float) -> float | None:
+    """Training seconds at the first evaluation reaching ``target``; None if none did."""
+    if not 0.0 <= target <= 1.0:
+        raise DdlkitError(f"target accuracy {target!r} must be in [0, 1]. Fix: pass e.g. 0.9.")
+    for p in curve:
+        if p.accuracy >= target:
+            return p.train_seconds
+    return None
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    """One run for the comparison: a label, its eval curve and (async only) staleness."""
+
+    label: str
+    curve: tuple[EvalPoint, ...]
+    staleness: tuple[int, ...] = ()
+    examples_per_sec: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.curve:
+            raise DdlkitError(
+                f"run {self.label!r} has no eval points, so it has no time-to-accuracy curve. "
+                f"Fix: run its script with --eval-every > 0 (the parameter server script, or "
+                f"launch/train_sync_eval.py for synchronous training)."
+            )
+        object.__setattr__(self, "curve", tuple(self.curve))
+        object.__setattr__(self, "staleness", tuple(_check_values(self.staleness)))
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.curve[-1].accuracy
+
+    @property
+    def train_seconds(self) -> float:
+        return self.curve[-1].train_seconds
+
+
+@dataclass(frozen=True)
+class SyncAsync:
+    """A synchronous and an asynchronous run on the same model and data, side by side."""
+
+    sync: RunCurve
+    async_: RunCurve
+    target: float | None = None  # None: the lower of the two final accuracies, minus 0.01
+
+    @property
+    def chosen_target(self) -> float:
+        if self.target is not None:
+            return self.target
+        low = min(self.sync.final_accuracy, self.async_.final_accuracy)
+        return max(0.0, math.floor((low - 0.01) * 100) / 100)
+
+    def rows(self) -> list[list[str]]:
+        target = self.chosen_target
+        rows = []
+        for kind, run in (("synchronous", self.sync), ("asynchronous", self.async_)):
+            tta = time_to_accuracy(run.curve, target)
+            stale = summarize(run.staleness) if run.staleness else None
+            rows.append(
+                [
+                    run.label,
+                    kind,
+                    f"{run.final_accuracy:.4f}",
+                    f"{run.train_seconds:.1f}",
+                    "not reached" if tta is None else f"{tta:.1f}",
+                    "-" if run.examples_per_sec is None else f"{run.examples_per_sec:,.0f}",
+                    "0 (by design)"
+                    if stale is None
+                    else f"mean {stale.mean:.2f}, max {stale.max}, "
+                    f"{stale.stale_fraction:.0%} stale",
+                ]
+            )
+        return rows
+
+    def table_html(self) -> str:
+        head = (
+            "run",
+            "updates",
+            "final eval acc",
+            "train s",
+            f"s to {self.chosen_target:.2f}",
+            "examples/s",
+            "staleness",
+        )
+        return html_table(head, self.rows())
+
+    def __repr__(self) -> str:
+        return "\n".join(" | ".join(r) for r in self.rows())
+
+    def plot(self, path: str | Path | None = None):
+        """One figure: held-out accuracy against training seconds for both runs, and the
+        asynchronous run's staleness histogram. A matplotlib Figure not attached to pyplot
+        (the notebook shows it through this object's HTML); ``path`` saves it too."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(11, 3.6), dpi=100)
+        FigureCanvasAgg(fig)
+        left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3, 2)})
+        for run, style in ((self.sync, "o-"), (self.async_, "s-")):
+            left.plot(
+                [p.train_seconds for p in run.curve],
+                [p.accuracy for p in run.curve],
+                style,
+                label=run.label,
+            )
+        left.axhline(self.chosen_target, color="grey", linestyle=":", linewidth=1)
+        left.set_xlabel("training seconds (evaluation excluded)")
+        left.set_ylabel("held-out accuracy")
+        left.set_title("time to accuracy")
+        left.legend(loc="lower right")
+        hist = counts(list(self.async_.staleness))
+        right.bar([int(k) for k in hist], list(hist.values()), color="tab:orange")
+        right.set_xticks([int(k) for k in hist])
+        right.set_xlabel("staleness: other updates between read and apply")
+        right.set_ylabel("steps")
+        right.set_title(f"{self.async_.label}: gradient staleness")
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path)
+        return fig
+
+    def png(self) -> bytes:
+        buffer = io.BytesIO()
+        self.plot().savefig(buffer, format="png")
+        return buffer.getvalue()
+
+    def _repr_html_(self) -> str:
+        image = base64.b64encode(self.png()).decode()
+        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
+
+
+def load(run_dir: str | Path, label: str | None = None) -> RunCurve:
+    """A run's :class:`RunCurve` from its directory: the ``eval`` events of its metric
+    files, the staleness histogram its chief saved (asynchronous runs only) and its
+    steady-state examples/s (:func:`ddlkit.results.throughput`)."""
+    from ddlkit.metrics import load_run
+    from ddlkit.results import throughput
+
+    run_dir = Path(run_dir)
+    records = load_run(run_dir)
+    histogram: dict[str, int] = {}
+    for path in sorted((run_dir / "results").glob("*.json")):
+        histogram = json.loads(path.read_text()).get("staleness_counts") or histogram
+    steps = [r for r in records if r.kind == "step" and r.examples_per_sec]
+    return RunCurve(
+        label=label or run_dir.name,
+        curve=tuple(eval_curve(records)),
+        staleness=tuple(from_counts(histogram)),
+        examples_per_sec=throughput(records) if steps else None,
+    )
+
+
+def compare(
+    sync_run: str | Path,
+    async_run: str | Path,
+    *,
+    target: float | None = None,
+    labels: tuple[str, str] = ("synchronous (MWMS)", "asynchronous (PS)"),
+) -> SyncAsync:
+    """The side-by-side view of a synchronous and an asynchronous run directory."""
+    return SyncAsync(load(sync_run, labels[0]), load(async_run, labels[1]), target)

@@ -1,0 +1,156 @@
+"""ddlkit.staleness: staleness summaries, eval curves, time to accuracy, the side-by-side view."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ddlkit import staleness
+from ddlkit.errors import DdlkitError
+from ddlkit.metrics import Record
+from ddlkit.metrics.store import JsonlWriter, metrics_path
+
+
+def _eval(worker: str, seq: int, step: int, seconds: float, accuracy: float) -> Record:
+    return Record(
+        kind="event",
+        worker=worker,
+        step=step,
+        epoch=0,
+        wall_time=time.time(),
+        seq=seq,
+        name="eval",
+        info={
+            "step": step,
+            "examples": step * 64,
+            "train_seconds": seconds,
+            "accuracy": accuracy,
+            "loss": 1.0 - accuracy,
+        },
+    )
+
+
+def _step(worker: str, seq: int, step: int, eps: float) -> Record:
+    return Record(
+        kind="step",
+        worker=worker,
+        step=step,
+        epoch=0,
+        wall_time=time.time(),
+        seq=seq,
+        examples_per_sec=eps,
+    )
+
+
+def test_summarize_counts_mean_median_max_and_stale_share():
+    s = staleness.summarize([0, 1, 1, 2, 1, 0])
+    assert (s.count, s.max) == (6, 2)
+    assert s.mean == pytest.approx(5 / 6)
+    assert s.median == 1.0
+    assert s.stale_fraction == pytest.approx(4 / 6)
+    assert staleness.summarize([3]).median == 3.0
+    assert staleness.summarize([0, 0]).stale_fraction == 0.0
+
+
+@pytest.mark.parametrize("bad", [[-1], [1.5], [True], ["2"]])
+def test_staleness_values_must_be_counts(bad):
+    with pytest.raises(DdlkitError, match="integer >= 0"):
+        staleness.summarize(bad)
+
+
+def test_summarize_of_nothing_is_a_clear_error():
+    with pytest.raises(DdlkitError, match="no staleness values"):
+        staleness.summarize([])
+
+
+def test_counts_fill_every_value_up_to_the_max_and_round_trip_through_json():
+    values = [0, 3, 1, 1, 3]
+    hist = staleness.counts(values)
+    assert hist == {"0": 1, "1": 2, "2": 0, "3": 2}
+    assert staleness.from_counts(json.loads(json.dumps(hist))) == sorted(values)
+    assert staleness.counts([]) == {}
+
+
+def test_eval_curve_keeps_only_eval_events_in_time_order():
+    records = [
+        _step("chief-0", 0, 10, 500.0),
+        _eval("chief-0", 2, 20, 8.0, 0.9),
+        _eval("chief-0", 1, 0, 0.0, 0.1),
+        Record(kind="event", worker="chief-0", step=0, epoch=0, wall_time=1.0, seq=3,
+               name="train_end", info={"steps": 20}),
+    ]  # fmt: skip
+    curve = staleness.eval_curve(records)
+    assert [(p.step, p.train_seconds, p.accuracy) for p in curve] == [(0, 0.0, 0.1), (20, 8.0, 0.9)]
+    assert curve[1].examples == 20 * 64
+
+
+def test_eval_event_without_its_fields_names_them():
+    bad = Record(kind="event", worker="w", step=0, epoch=0, wall_time=1.0, seq=0, name="eval",
+                 info={"step": 1})  # fmt: skip
+    with pytest.raises(DdlkitError, match="train_seconds"):
+        staleness.eval_curve([bad])
+
+
+def test_time_to_accuracy_is_the_first_point_reaching_the_target():
+    curve = staleness.eval_curve(
+        [_eval("w", 0, 0, 0.0, 0.1), _eval("w", 1, 10, 5.0, 0.85), _eval("w", 2, 20, 9.0, 0.95)]
+    )
+    assert staleness.time_to_accuracy(curve, 0.85) == 5.0
+    assert staleness.time_to_accuracy(curve, 0.9) == 9.0
+    assert staleness.time_to_accuracy(curve, 0.99) is None
+    with pytest.raises(DdlkitError, match=r"\[0, 1\]"):
+        staleness.time_to_accuracy(curve, 90)
+
+
+def _write_run(run_dir, records, results):
+    for worker in {r.worker for r in records}:
+        writer = JsonlWriter(metrics_path(run_dir, worker))
+        for r in records:
+            if r.worker == worker:
+                writer.write((r.to_json() + "\n").encode())
+        writer.close()
+    (run_dir / "results").mkdir(parents=True, exist_ok=True)
+    for worker, result in results.items():
+        (run_dir / "results" / f"{worker}.json").write_text(json.dumps(result))
+
+
+def test_compare_reads_two_run_directories_and_shows_a_table_and_a_figure(tmp_path):
+    sync_dir, async_dir = tmp_path / "sync", tmp_path / "async"
+    _write_run(
+        sync_dir,
+        [_eval("worker-0", 0, 0, 0.0, 0.1), _eval("worker-0", 1, 10, 4.0, 0.93)]
+        + [_step("worker-0", 2 + i, i, 300.0) for i in range(3)]
+        + [_step("worker-1", i, i, 200.0) for i in range(3)],
+        {"worker-0": {"test_accuracy": 0.93}, "worker-1": {"test_accuracy": 0.93}},
+    )
+    _write_run(
+        async_dir,
+        [_eval("chief-0", 0, 0, 0.0, 0.1), _eval("chief-0", 1, 20, 6.0, 0.91)]
+        + [_step("chief-0", 2 + i, i, 450.0) for i in range(3)],
+        {"chief-0": {"staleness_counts": {"0": 3, "1": 6, "2": 1}}},
+    )
+    view = staleness.compare(sync_dir, async_dir)
+    assert view.sync.staleness == () and view.sync.examples_per_sec == 500.0  # workers add up
+    assert view.async_.staleness == (0, 0, 0, 1, 1, 1, 1, 1, 1, 2)
+    assert view.chosen_target == 0.9  # the lower final accuracy, less 0.01, rounded down
+    rows = view.rows()
+    assert rows[0][1:5] == ["synchronous", "0.9300", "4.0", "4.0"]
+    assert rows[1][1:5] == ["asynchronous", "0.9100", "6.0", "6.0"]
+    assert "mean 0.80, max 2, 70% stale" in rows[1][6]
+    page = view._repr_html_()
+    assert page.startswith("<img src='data:image/png;base64,") and "<table>" in page
+    fig = view.plot(tmp_path / "cmp.png")
+    assert (tmp_path / "cmp.png").stat().st_size > 1000
+    left, right = fig.axes
+    assert [len(line.get_xdata()) for line in left.get_lines()[:2]] == [2, 2]
+    assert [p.get_height() for p in right.patches] == [3, 6, 1]
+    slow = staleness.SyncAsync(view.sync, view.async_, target=0.92)
+    assert slow.rows()[1][4] == "not reached"
+
+
+def test_a_run_without_eval_events_is_refused_with_the_fix(tmp_path):
+    _write_run(tmp_path / "r", [_step("worker-0", 0, 1, 10.0)], {})
+    with pytest.raises(DdlkitError, match="--eval-every"):
+        staleness.load(tmp_path / "r")
