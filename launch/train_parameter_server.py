@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 from _common import parse_args, report
 
-from ddlkit import data, metrics, models, staleness
+from ddlkit import data, metrics, models, ps
 from ddlkit.data import pipeline
 from ddlkit.errors import ConfigError
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         all_stale += stale
         interval_losses.append(float(np.mean([float(loss) for _, loss, _ in fetched])))
         done += k
-        summary = staleness.summarize(stale)
+        summary = ps.summarize(stale)
         reporter.step(
             step=done,
             epoch=(done - 1) // per_epoch,
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             "ps": len(cluster["ps"]),
             "first_loss": interval_losses[0],
             "last_loss": interval_losses[-1],
-            "staleness": staleness.summarize(all_stale).as_dict(),
-            "staleness_counts": staleness.counts(all_stale),
+            "staleness": ps.summarize(all_stale).as_dict(),
+            "staleness_counts": ps.counts(all_stale),
             "evals": evals,
             "placement": where,
         }

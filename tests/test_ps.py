@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ddlkit import staleness
+from ddlkit import ps
 from ddlkit.errors import DdlkitError
 from ddlkit.metrics import Record
 from ddlkit.metrics.store import JsonlWriter, metrics_path
@@ -45,32 +45,32 @@ def _step(worker: str, seq: int, step: int, eps: float) -> Record:
 
 
 def test_summarize_counts_mean_median_max_and_stale_share():
-    s = staleness.summarize([0, 1, 1, 2, 1, 0])
+    s = ps.summarize([0, 1, 1, 2, 1, 0])
     assert (s.count, s.max) == (6, 2)
     assert s.mean == pytest.approx(5 / 6)
     assert s.median == 1.0
     assert s.stale_fraction == pytest.approx(4 / 6)
-    assert staleness.summarize([3]).median == 3.0
-    assert staleness.summarize([0, 0]).stale_fraction == 0.0
+    assert ps.summarize([3]).median == 3.0
+    assert ps.summarize([0, 0]).stale_fraction == 0.0
 
 
 @pytest.mark.parametrize("bad", [[-1], [1.5], [True], ["2"]])
 def test_staleness_values_must_be_counts(bad):
     with pytest.raises(DdlkitError, match="integer >= 0"):
-        staleness.summarize(bad)
+        ps.summarize(bad)
 
 
 def test_summarize_of_nothing_is_a_clear_error():
     with pytest.raises(DdlkitError, match="no staleness values"):
-        staleness.summarize([])
+        ps.summarize([])
 
 
 def test_counts_fill_every_value_up_to_the_max_and_round_trip_through_json():
     values = [0, 3, 1, 1, 3]
-    hist = staleness.counts(values)
+    hist = ps.counts(values)
     assert hist == {"0": 1, "1": 2, "2": 0, "3": 2}
-    assert staleness.from_counts(json.loads(json.dumps(hist))) == sorted(values)
-    assert staleness.counts([]) == {}
+    assert ps.from_counts(json.loads(json.dumps(hist))) == sorted(values)
+    assert ps.counts([]) == {}
 
 
 def test_eval_curve_keeps_only_eval_events_in_time_order():
@@ -81,7 +81,7 @@ def test_eval_curve_keeps_only_eval_events_in_time_order():
         Record(kind="event", worker="chief-0", step=0, epoch=0, wall_time=1.0, seq=3,
                name="train_end", info={"steps": 20}),
     ]  # fmt: skip
-    curve = staleness.eval_curve(records)
+    curve = ps.eval_curve(records)
     assert [(p.step, p.train_seconds, p.accuracy) for p in curve] == [(0, 0.0, 0.1), (20, 8.0, 0.9)]
     assert curve[1].examples == 20 * 64
 
@@ -90,18 +90,18 @@ def test_eval_event_without_its_fields_names_them():
     bad = Record(kind="event", worker="w", step=0, epoch=0, wall_time=1.0, seq=0, name="eval",
                  info={"step": 1})  # fmt: skip
     with pytest.raises(DdlkitError, match="train_seconds"):
-        staleness.eval_curve([bad])
+        ps.eval_curve([bad])
 
 
 def test_time_to_accuracy_is_the_first_point_reaching_the_target():
-    curve = staleness.eval_curve(
+    curve = ps.eval_curve(
         [_eval("w", 0, 0, 0.0, 0.1), _eval("w", 1, 10, 5.0, 0.85), _eval("w", 2, 20, 9.0, 0.95)]
     )
-    assert staleness.time_to_accuracy(curve, 0.85) == 5.0
-    assert staleness.time_to_accuracy(curve, 0.9) == 9.0
-    assert staleness.time_to_accuracy(curve, 0.99) is None
+    assert ps.time_to_accuracy(curve, 0.85) == 5.0
+    assert ps.time_to_accuracy(curve, 0.9) == 9.0
+    assert ps.time_to_accuracy(curve, 0.99) is None
     with pytest.raises(DdlkitError, match=r"\[0, 1\]"):
-        staleness.time_to_accuracy(curve, 90)
+        ps.time_to_accuracy(curve, 90)
 
 
 def _write_run(run_dir, records, results):
@@ -131,7 +131,7 @@ def test_compare_reads_two_run_directories_and_shows_a_table_and_a_figure(tmp_pa
         + [_step("chief-0", 2 + i, i, 450.0) for i in range(3)],
         {"chief-0": {"staleness_counts": {"0": 3, "1": 6, "2": 1}}},
     )
-    view = staleness.compare(sync_dir, async_dir)
+    view = ps.compare(sync_dir, async_dir)
     assert view.sync.staleness == () and view.sync.examples_per_sec == 500.0  # workers add up
     assert view.async_.staleness == (0, 0, 0, 1, 1, 1, 1, 1, 1, 2)
     assert view.chosen_target == 0.9  # the lower final accuracy, less 0.01, rounded down
@@ -146,11 +146,41 @@ def test_compare_reads_two_run_directories_and_shows_a_table_and_a_figure(tmp_pa
     left, right = fig.axes
     assert [len(line.get_xdata()) for line in left.get_lines()[:2]] == [2, 2]
     assert [p.get_height() for p in right.patches] == [3, 6, 1]
-    slow = staleness.SyncAsync(view.sync, view.async_, target=0.92)
+    slow = ps.SyncAsync(view.sync, view.async_, target=0.92)
     assert slow.rows()[1][4] == "not reached"
 
 
 def test_a_run_without_eval_events_is_refused_with_the_fix(tmp_path):
     _write_run(tmp_path / "r", [_step("worker-0", 0, 1, 10.0)], {})
     with pytest.raises(DdlkitError, match="--eval-every"):
-        staleness.load(tmp_path / "r")
+        ps.load(tmp_path / "r")
+
+
+def test_placement_names_the_task_of_every_shard_and_adds_up_what_each_holds():
+    report = {
+        "placement": [
+            {"name": "dense/kernel", "shape": [1600, 128], "shards": [
+                {"device": "/job:ps/replica:0/task:0/device:CPU:0", "shape": [800, 128]},
+                {"device": "/job:ps/replica:0/task:1/device:CPU:0", "shape": [800, 128]}]},
+            {"name": "dense/bias", "shape": [128], "shards": [
+                {"device": "/job:ps/replica:0/task:1/device:CPU:0", "shape": [128]}]},
+        ]
+    }  # fmt: skip
+    placement = ps.Placement.from_report(report)
+    assert placement.rows[0][2] == (("ps-0", (800, 128)), ("ps-1", (800, 128)))
+    assert placement.tasks() == {"ps-0": 800 * 128, "ps-1": 800 * 128 + 128}
+    page = placement._repr_html_()
+    assert "ps-0 800x128 + ps-1 800x128" in page and "ps-1: 102,528 parameters" in page
+    with pytest.raises(DdlkitError, match="chief-0"):
+        ps.Placement.from_report({"test_accuracy": 0.9})
+    with pytest.raises(DdlkitError, match="names no task"):
+        ps.task_of("/device:CPU:0")
+
+
+def test_throughput_around_a_step_leaves_out_the_first_record():
+    records = [_step("chief-0", i, 10 * (i + 1), eps) for i, eps in
+               enumerate([50.0, 400.0, 420.0, 410.0, 300.0, 280.0, 320.0])]  # fmt: skip
+    records.append(_step("other", 0, 10, 9999.0))
+    assert ps.throughput_around(records, 40) == (410.0, 300.0)
+    with pytest.raises(DdlkitError, match="kill later"):
+        ps.throughput_around(records, 10)

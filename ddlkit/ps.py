@@ -1,7 +1,10 @@
-"""Synchronous against asynchronous training: gradient staleness and time-to-accuracy.
+"""Parameter-server training seen from the notebook: where the variables live, gradient
+staleness, and synchronous against asynchronous time-to-accuracy.
 
-Pure functions over what the worker scripts report (no TensorFlow here):
+Functions over what ``launch/train_parameter_server.py`` and ``launch/train_sync_eval.py``
+report (no TensorFlow here):
 
+- :class:`Placement` shows which ps task holds each variable (or each shard of it);
 - :func:`summarize` and :func:`counts` turn the staleness of each asynchronous
   step (how many updates by other workers landed between reading the weights
   and applying the step's gradients) into summary numbers and a histogram;
@@ -10,7 +13,9 @@ Pure functions over what the worker scripts report (no TensorFlow here):
   same held-out images against training seconds (evaluation time left out);
 - :func:`time_to_accuracy` is the first training second a curve reached a target;
 - :class:`SyncAsync` puts a synchronous and an asynchronous run side by side as
-  a table and one figure (:meth:`SyncAsync.plot`).
+  a table and one figure (:meth:`SyncAsync.plot`);
+- :func:`throughput_around` compares examples/s before and after a step (a killed
+  worker), and :func:`wait_for_step` waits until a running job reports a step.
 """
 
 from __future__ import annotations
@@ -19,12 +24,68 @@ import base64
 import io
 import json
 import math
+import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ddlkit._tables import html_table
-from ddlkit.errors import DdlkitError
+from ddlkit.errors import DdlkitError, JobTimeoutError
+
+_PS_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a PS job's variables live: ``rows`` of (variable, shape, [(task, shard shape)]).
+
+    Build it from the chief's report: ``Placement.from_report(run.results()["chief-0"])``.
+    """
+
+    rows: tuple[tuple[str, tuple[int, ...], tuple[tuple[str, tuple[int, ...]], ...]], ...]
+
+    @classmethod
+    def from_report(cls, report: Mapping) -> Placement:
+        if "placement" not in report:
+            raise DdlkitError(
+                "this report has no 'placement' (which ps task holds which variable). Fix: "
+                "pass the chief's result of launch/train_parameter_server.py, "
+                "run.results()['chief-0']."
+            )
+        rows = []
+        for v in report["placement"]:
+            shards = tuple((task_of(s["device"]), tuple(s["shape"])) for s in v["shards"])
+            rows.append((v["name"], tuple(v["shape"]), shards))
+        return cls(tuple(rows))
+
+    def tasks(self) -> dict[str, int]:
+        """Parameters held by each task (shards counted where they are)."""
+        held: dict[str, int] = {}
+        for _, _, shards in self.rows:
+            for task, shape in shards:
+                held[task] = held.get(task, 0) + math.prod(shape)
+        return dict(sorted(held.items()))
+
+    def _repr_html_(self) -> str:
+        rows = [
+            (name, "x".join(map(str, shape)) or "scalar",
+             " + ".join(f"{task} {'x'.join(map(str, s))}" for task, s in shards))
+            for name, shape, shards in self.rows
+        ]  # fmt: skip
+        held = ", ".join(f"{task}: {n:,} parameters" for task, n in self.tasks().items())
+        return html_table(("variable", "shape", "shards (task, shape)"), rows, caption=held)
+
+
+def task_of(device: str) -> str:
+    """``ps-1`` for ``/job:ps/replica:0/task:1/device:CPU:0`` (pure)."""
+    found = _PS_TASK.search(device)
+    if not found:
+        raise DdlkitError(
+            f"device {device!r} names no task (/job:NAME/replica:R/task:N). Fix: pass a "
+            f"variable's .device from a multi-process job."
+        )
+    return f"{found.group(1)}-{found.group(2)}"
 
 
 @dataclass(frozen=True)
@@ -300,3 +361,52 @@ def compare(
 ) -> SyncAsync:
     """The side-by-side view of a synchronous and an asynchronous run directory."""
     return SyncAsync(load(sync_run, labels[0]), load(async_run, labels[1]), target)
+
+
+def throughput_around(records: Iterable, step: int, worker: str = "chief-0") -> tuple[float, float]:
+    """Median examples/s of ``worker``'s step records up to ``step`` and after it (pure).
+
+    For a worker killed when the chief had reported ``step``: the cluster's speed with
+    every worker, and with the ones left. The first record (tracing, start-up) is left out.
+    """
+    steps = [r for r in records if r.kind == "step" and r.worker == worker and r.examples_per_sec]
+    before = [r.examples_per_sec for r in steps[1:] if r.step <= step]
+    after = [r.examples_per_sec for r in steps[1:] if r.step > step]
+    if not before or not after:
+        raise DdlkitError(
+            f"{worker} reported {len(before)} step record(s) up to step {step} and {len(after)} "
+            f"after it (the first one left out); both sides need one. Fix: kill later, or run "
+            f"more steps after the kill."
+        )
+    return _median(before), _median(after)
+
+
+def _median(values: Sequence[float]) -> float:
+    vals = sorted(values)
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def wait_for_step(run, step: int, *, worker: str = "chief-0", timeout: float = 600) -> int:
+    """Wait until ``worker`` of a running job reported at least ``step`` steps; the step.
+
+    Raises JobTimeoutError after ``timeout`` seconds (the job keeps running), and
+    DdlkitError if the job ended first.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        done = [r.step for r in run.records(worker) if r.kind == "step"]
+        if done and max(done) >= step:
+            return max(done)
+        if run.job.done:
+            raise DdlkitError(
+                f"run {run.run_id} ended ({run.job.state}) before {worker} reported step {step} "
+                f"(last: {max(done, default=0)}). Fix: wait for an earlier step, or run more steps."
+            )
+        if time.monotonic() >= deadline:
+            raise JobTimeoutError(
+                f"{worker} of run {run.run_id} has not reported step {step} after {timeout} s "
+                f"(last: {max(done, default=0)}). Fix: wait longer, or look at "
+                f"run.tail({worker!r})."
+            )
+        time.sleep(0.2)
