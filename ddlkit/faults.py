@@ -179,8 +179,13 @@ class ResumePoints(tuple):
 
 
 def _records(run: Any) -> list:
-    """A run's records: from its collector while it has one, else from its JSONL files."""
-    if getattr(run, "collector", None) is not None:
+    """A run's records: from its collector while it runs, else from its JSONL files.
+
+    Once the run has ended the files are the complete account: a worker writes each
+    record to its file before sending it, and a killed worker's last ones may never
+    have reached the collector.
+    """
+    if getattr(run, "collector", None) is not None and not run.job.done:
         return run.records()
     from ddlkit.metrics import load_run
 

@@ -7,6 +7,7 @@ import textwrap
 import time
 
 import pytest
+from procutil import wait_until
 
 from ddlkit import faults
 from ddlkit.errors import ConfigError, DdlkitError, JobTimeoutError, WorkerFailedError
@@ -177,17 +178,17 @@ def test_wait_for_backup_refuses_a_bad_epoch():
             faults.wait_for_backup(None, epoch=bad)
 
 
-def test_resume_points_name_every_worker_from_the_records_or_the_files(start_fake):
-    run = start_fake("--restored", "2", "--then", "exit0")
-    run.wait(timeout=60)
-    points = faults.resume_points(run)
-    assert [(p.worker, p.restored_epoch, p.initial_epoch, p.resumed) for p in points] == [
+def test_resume_points_name_every_worker_live_and_from_the_files(start_fake):
+    run = start_fake("--restored", "2")
+    assert wait_until(lambda: len(run.records()) >= 2, timeout=60), "no resume events"
+    live = faults.resume_points(run)  # while running: the collector's records
+    assert [(p.worker, p.restored_epoch, p.initial_epoch, p.resumed) for p in live] == [
         ("worker-0", 2, 3, True),
         ("worker-1", 2, 3, True),
     ]
-    assert "first epoch run" in points._repr_html_()
-    run.collector = None  # what a run without live metrics has: the JSONL files are read
-    assert faults.resume_points(run) == points
+    assert "first epoch run" in live._repr_html_()
+    run.stop()
+    assert faults.resume_points(run) == live  # once ended: the JSONL files
 
 
 def test_resume_points_of_a_run_without_the_event_is_a_clear_error(tmp_path):
