@@ -188,7 +188,8 @@ def test_gantt_bars_and_figures_show_every_task():
     fig = gantt.plot_timelines([simulate(2, 1), timeline])
     assert len(fig.axes) == 2
     assert len(fig.axes[1].patches) == len(bars)
-    assert "M=4" in fig.axes[1].get_title() and "theory 20%" in fig.axes[1].get_title()
+    title = fig.axes[1].get_title()
+    assert "M=4, ideal" in title and "step 155 ms" in title and "theory 20%" in title
     fig = gantt.plot_bubble(2, [1, 2, 4], [0.45, 0.3, 0.18], [100.0, 150.0, 170.0])
     assert len(fig.axes) == 2
     with pytest.raises(ConfigError, match="one value per count"):
@@ -199,4 +200,5 @@ def test_gantt_bars_and_figures_show_every_task():
 
 def test_timeline_shows_as_a_table():
     html = simulate(2, 4)._repr_html_()
-    assert "bubble 20.0% (theory 20.0%)" in html and "<td style='text-align:left'>1</td>" in html
+    assert "simulated" in html and "bubble 20.0% (theory 20.0%)" in html
+    assert "<td style='text-align:left'>1</td>" in html  # stage 1's row

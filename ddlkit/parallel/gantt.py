@@ -48,10 +48,11 @@ def draw_timeline(ax: Any, timeline: Timeline, title: str | None = None) -> None
     ax.set_yticks(range(timeline.stages), [f"stage {s}" for s in range(timeline.stages)])
     ax.set_ylim(timeline.stages - 0.5, -0.5)
     ax.set_xlabel("ms since the step began")
+    kind = "measured" if timeline.measured else "ideal"
     ax.set_title(
         title
-        or f"M={timeline.micro_batches}: step {span:.0f} ms, bubble {timeline.bubble:.0%} "
-        f"(theory {timeline.theoretical_bubble:.0%})",
+        or f"M={timeline.micro_batches}, {kind}: step {span:.0f} ms, bubble "
+        f"{timeline.bubble:.0%} (theory {timeline.theoretical_bubble:.0%})",
         fontsize=10,
     )
 
@@ -77,7 +78,14 @@ def plot_timelines(
     for i, (ax, timeline) in enumerate(zip(axes[:, 0], timelines, strict=True)):
         draw_timeline(ax, timeline, None if titles is None else titles[i])
     handles = [Patch(color=COLORS[k], label=NAMES[k]) for k in ("F", "B", "U")]
-    axes[0, 0].legend(handles=handles, loc="upper right", fontsize=8, ncol=3)
+    axes[0, 0].legend(
+        handles=handles,
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.12),
+        fontsize=8,
+        ncol=3,
+        frameon=False,
+    )
     fig.tight_layout()
     plt.close(fig)  # shown by Jupyter's display of the returned figure, once
     return fig

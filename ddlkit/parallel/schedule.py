@@ -143,6 +143,7 @@ class Timeline:
     micro_batches: int
     timings: tuple[Timing, ...]
     label: str = ""
+    measured: bool = True  # False: made by simulate()
 
     @property
     def makespan(self) -> float:
@@ -191,6 +192,7 @@ class Timeline:
         ]
         caption = (
             f"{self.label + ': ' if self.label else ''}{self.stages} stages, "
+            f"{'' if self.measured else 'simulated, '}"
             f"{self.micro_batches} micro-batches, step {self.makespan * 1000:.1f} ms, "
             f"bubble {self.bubble:.1%} (theory {self.theoretical_bubble:.1%})"
         )
@@ -200,15 +202,15 @@ class Timeline:
 def simulate(
     stages: int,
     micro_batches: int,
-    forward: float | Sequence[float] = 1.0,
-    backward: float | Sequence[float] = 2.0,
+    forward: float | Sequence[float] = 0.001,
+    backward: float | Sequence[float] = 0.002,
     update: float | Sequence[float] = 0.0,
 ) -> Timeline:
     """The ideal timeline: every task starts as soon as its stage and its inputs are free.
 
-    Times are per micro-batch and per stage (one number for all stages, or one per
-    stage); no communication cost. With equal stages and ``update=0`` the bubble is
-    exactly :func:`theoretical_bubble`.
+    Times are seconds per micro-batch and stage (one number for all stages, or one per
+    stage): by default a forward takes 1 ms and a backward 2 ms. No communication cost.
+    With equal stages and ``update=0`` the bubble is exactly :func:`theoretical_bubble`.
     """
     gpipe_schedule(stages, micro_batches)  # checks both counts first
     length = {
@@ -240,7 +242,7 @@ def simulate(
                 progressed = True
         if not progressed:  # pragma: no cover - the schedule has no cycles
             raise RuntimeError("the schedule deadlocked")
-    return Timeline(stages, micro_batches, tuple(timings), label="ideal")
+    return Timeline(stages, micro_batches, tuple(timings), label="ideal", measured=False)
 
 
 def _per_stage(name: str, value: float | Sequence[float], stages: int) -> tuple[float, ...]:
