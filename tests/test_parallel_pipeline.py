@@ -127,6 +127,11 @@ try:
     parallel.Pipeline(split, 3).step(x, y)
 except dk.errors.ConfigError as e:
     errors.append(str(e))
+short = dk.data.pipeline.make_dataset(x_train[:100], y_train[:100], batch_size=64)
+try:
+    parallel.train(parallel.Pipeline(split, 2), short, steps=3)
+except dk.errors.ConfigError as e:
+    errors.append(str(e))
 print(json.dumps({
     "first_loss": steps[0].loss, "last_loss": summary.loss, "accuracy": summary.accuracy,
     "eval": parallel.evaluate(split, test), "moved": min(moved),
@@ -154,6 +159,8 @@ print(json.dumps({
     assert "bubble" in got["sweep_html"]
     assert "micro_batches=0 must be an integer >= 1" in got["errors"][0]
     assert "micro_batches=3 does not divide batch_size=64" in got["errors"][1]
+    assert "step 2 got a batch of 36 examples after batches of 64" in got["errors"][2]
+    assert len(got["errors"]) == 3
 
 
 @pytest.mark.slow

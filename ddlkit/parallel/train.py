@@ -102,8 +102,8 @@ def train(
     try:
         for step in range(1, steps + 1):
             x, y = next(iterator)
+            _check_batch(int(x.shape[0]), batch_size, pipeline.micro_batches, step)
             batch_size = int(x.shape[0])
-            micro_batch_size(batch_size, pipeline.micro_batches)
             result = pipeline.step(x, y)
             losses.append(result.loss)
             accuracies.append(result.accuracy)
@@ -143,6 +143,16 @@ def train(
         run_dir=reporter.run_dir,
         last_timeline=result.timeline,
     )
+
+
+def _check_batch(size: int, first: int | None, micro_batches: int, step: int) -> None:
+    if first is not None and size != first:
+        raise ConfigError(
+            f"step {step} got a batch of {size} examples after batches of {first}: a short "
+            f"last batch. Fix: build the dataset with make_dataset(..., repeat=True) (or "
+            f"drop_remainder=True), so every batch is full."
+        )
+    micro_batch_size(size, micro_batches)
 
 
 def evaluate(model: SplitModel, dataset: Any) -> float:
