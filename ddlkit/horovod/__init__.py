@@ -1,0 +1,72 @@
+"""Horovod with ddlkit: per-rank set-up, metric averaging and Keras 3 helpers.
+
+Importing this package is cheap: Horovod and TensorFlow load on first use.
+
+- :func:`init`: ``hvd.init()`` plus naming the rank (``rank-N``) for metrics and
+  results, and ending it with ``horovodrun`` (:mod:`ddlkit.horovod.ranks`).
+- :func:`MetricAverageCallback`, :func:`LearningRateWarmupCallback`: on tf-keras and
+  Keras 3 (Horovod's own fail on tf-keras 2.21).
+- :class:`DistributedGradientTape`, :func:`broadcast_variables`, :func:`tf_variables`:
+  Horovod's custom-loop API on Keras 3 variables.
+- :func:`allreduce_timing`: allreduce time against tensor size, measured in real ranks.
+- :func:`shell_launch`: a collector and the env for a ``!horovodrun`` typed in a cell.
+- :func:`load_timeline`: a Horovod timeline file, summed up and drawn.
+- :func:`available`, :func:`require`: is Horovod installed (and the fix if not).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ddlkit.horovod.ranks import rank_env, rank_name, rank_of, setup_rank
+from ddlkit.horovod.runtime import HorovodMissingError, available, init, require
+
+_LAZY = {
+    "MetricAverageCallback": "ddlkit.horovod.callbacks",
+    "average_logs": "ddlkit.horovod.callbacks",
+    "LearningRateWarmupCallback": "ddlkit.horovod.callbacks",
+    "warmup_lr": "ddlkit.horovod.callbacks",
+    "DistributedGradientTape": "ddlkit.horovod.tape",
+    "broadcast_variables": "ddlkit.horovod.tape",
+    "tf_variables": "ddlkit.horovod.tape",
+    "allreduce_timing": "ddlkit.horovod.timing",
+    "AllreduceTiming": "ddlkit.horovod.timing",
+    "load_timeline": "ddlkit.horovod.timeline",
+    "Timeline": "ddlkit.horovod.timeline",
+    "shell_launch": "ddlkit.horovod.shell",
+}
+
+__all__ = [
+    "AllreduceTiming",
+    "DistributedGradientTape",
+    "HorovodMissingError",
+    "LearningRateWarmupCallback",
+    "MetricAverageCallback",
+    "Timeline",
+    "allreduce_timing",
+    "available",
+    "average_logs",
+    "broadcast_variables",
+    "init",
+    "load_timeline",
+    "rank_env",
+    "rank_name",
+    "rank_of",
+    "require",
+    "setup_rank",
+    "shell_launch",
+    "tf_variables",
+    "warmup_lr",
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ddlkit.horovod' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,177 @@
+"""Horovod's Keras callbacks that break on current Keras, redone for tf-keras and Keras 3.
+
+Horovod 0.28.1's callbacks call ``keras.backend`` functions through the standalone
+``keras`` package, which is Keras 3 on TensorFlow 2.21 and has none of them:
+``hvd.callbacks.MetricAverageCallback`` fails with "module 'keras.backend' has no
+attribute 'constant'" and ``LearningRateWarmupCallback`` with "... no attribute
+'get_value'". (``BroadcastGlobalVariablesCallback`` and ``DistributedOptimizer`` work.)
+
+- :func:`MetricAverageCallback` averages the epoch's metrics over ranks with one
+  ``horovod.tensorflow.allreduce``, in place, so every rank (and every callback after
+  this one, such as ``ddlkit.metrics.KerasReporter`` and Keras' History) sees the
+  mean. Put it before them. Every rank must log the same metric names (they do when
+  every rank runs the same ``fit``).
+- :func:`LearningRateWarmupCallback` ramps the learning rate from ``lr / size`` up to
+  ``lr`` over the first epochs (Goyal et al. 2017), as Horovod's did::
+
+    callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+               ddlkit.horovod.LearningRateWarmupCallback(lr * size, warmup_epochs=1,
+                                                         steps_per_epoch=steps, size=size),
+               ddlkit.horovod.MetricAverageCallback(),
+               ddlkit.metrics.KerasReporter(batch_size=...)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ddlkit import backend
+from ddlkit.errors import ConfigError
+
+AllreduceFn = Callable[[Sequence[float]], Sequence[float]]
+ALLREDUCE_NAME = "ddlkit.metric_average"
+
+
+def average_logs(logs: Mapping[str, Any], allreduce: AllreduceFn) -> dict[str, float]:
+    """The numeric entries of ``logs`` averaged by ``allreduce`` (one call, keys sorted).
+
+    ``allreduce`` takes the values in sorted-key order and returns their means over
+    ranks. Entries that are not scalars are left out of the result.
+    """
+    keys, values = [], []
+    for key in sorted(logs):
+        try:
+            number = float(logs[key])
+        except (TypeError, ValueError):
+            continue
+        keys.append(key)
+        values.append(number)
+    if not keys:
+        return {}
+    averaged = list(allreduce(values))
+    if len(averaged) != len(keys):
+        raise ConfigError(
+            f"averaging {len(keys)} metrics ({', '.join(keys)}) returned {len(averaged)} "
+            f"values. Fix: every rank must log the same metrics (run the same fit on each)."
+        )
+    return {k: float(v) for k, v in zip(keys, averaged, strict=True)}
+
+
+def horovod_average(values: Sequence[float]) -> list[float]:
+    """The mean of ``values`` over all Horovod ranks (one allreduce, float64)."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    tensor = tf.constant([float(v) for v in values], dtype=tf.float64)
+    out = hvd.allreduce(tensor, op=hvd.Average, name=ALLREDUCE_NAME)
+    return [float(v) for v in out.numpy()]
+
+
+class _MetricAverageMixin:
+    """Averages the epoch's logs over ranks, in place, at every epoch end."""
+
+    def __init__(self, allreduce: AllreduceFn | None = None) -> None:
+        super().__init__()
+        self.allreduce = allreduce or horovod_average
+        self.last: dict[str, float] = {}
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        if logs is None:
+            return
+        self.last = average_logs(logs, self.allreduce)
+        logs.update(self.last)
+
+
+def warmup_lr(epoch: float, target_lr: float, size: int, warmup_epochs: float) -> float:
+    """The learning rate at (fractional) ``epoch`` of a linear warm-up (pure).
+
+    From ``target_lr / size`` at epoch 0 to ``target_lr`` at ``warmup_epochs``, then
+    ``target_lr``: the one-rank rate grows to the rate scaled for ``size`` ranks.
+    """
+    if warmup_epochs <= 0 or epoch >= warmup_epochs:
+        return target_lr
+    return target_lr / size * (epoch * (size - 1) / warmup_epochs + 1)
+
+
+class _WarmupMixin:
+    """Sets the optimizer's learning rate before every batch of the warm-up epochs."""
+
+    def __init__(
+        self, target_lr: float, *, warmup_epochs: float, steps_per_epoch: int, size: int
+    ) -> None:
+        super().__init__()
+        if not (isinstance(steps_per_epoch, int) and steps_per_epoch >= 1):
+            raise ConfigError(
+                f"steps_per_epoch must be an int >= 1, got {steps_per_epoch!r}. Fix: pass the "
+                f"steps_per_epoch you give model.fit."
+            )
+        if not (isinstance(size, int) and size >= 1) or warmup_epochs < 0 or target_lr <= 0:
+            raise ConfigError(
+                f"warm-up needs size >= 1, warmup_epochs >= 0 and target_lr > 0, got size="
+                f"{size!r}, warmup_epochs={warmup_epochs!r}, target_lr={target_lr!r}. "
+                f"Fix: e.g. target_lr=lr * hvd.size(), warmup_epochs=1, size=hvd.size()."
+            )
+        self.target_lr = float(target_lr)
+        self.warmup_epochs = float(warmup_epochs)
+        self.steps_per_epoch = steps_per_epoch
+        self.size = size
+        self.epoch = 0
+        self.history: list[float] = []  # the rate of every warm-up batch, for plots and tests
+
+    def on_epoch_begin(self, epoch, logs=None) -> None:
+        self.epoch = int(epoch)
+
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        epoch = self.epoch + batch / self.steps_per_epoch
+        if epoch >= self.warmup_epochs:
+            return
+        lr = warmup_lr(epoch, self.target_lr, self.size, self.warmup_epochs)
+        self.model.optimizer.learning_rate = lr
+        self.history.append(lr)
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        if self.epoch + 1 >= self.warmup_epochs:
+            self.model.optimizer.learning_rate = self.target_lr
+        if logs is not None:
+            logs["lr"] = float(_value(self.model.optimizer.learning_rate))
+
+
+def _value(variable: Any) -> Any:
+    return variable.numpy() if hasattr(variable, "numpy") else variable
+
+
+_CLASSES: dict[tuple[type, type], type] = {}
+
+
+def _callback_class(mixin: type, name: str) -> type:
+    base = backend.keras().callbacks.Callback
+    if (mixin, base) not in _CLASSES:
+        _CLASSES[mixin, base] = type(
+            name,
+            (mixin, base),
+            {"__module__": __name__, "__doc__": mixin.__doc__},
+        )
+    return _CLASSES[mixin, base]
+
+
+def MetricAverageCallback(allreduce: AllreduceFn | None = None):  # noqa: N802 (a class to users)
+    """A Keras callback averaging epoch metrics over Horovod ranks (tf-keras or Keras 3).
+
+    ``allreduce``: how to average a list of floats over ranks (default: Horovod's
+    allreduce with ``op=Average``); tests pass their own.
+    """
+    return _callback_class(_MetricAverageMixin, "MetricAverageCallback")(allreduce)
+
+
+def LearningRateWarmupCallback(  # noqa: N802 (a class to users)
+    target_lr: float, *, warmup_epochs: float = 1.0, steps_per_epoch: int, size: int
+):
+    """A Keras callback warming the learning rate up to ``target_lr`` (see :func:`warmup_lr`).
+
+    ``target_lr``: the rate scaled for all ranks (``lr * hvd.size()``); ``size``: ranks.
+    At the end of each epoch it logs ``lr``.
+    """
+    return _callback_class(_WarmupMixin, "LearningRateWarmupCallback")(
+        target_lr, warmup_epochs=warmup_epochs, steps_per_epoch=steps_per_epoch, size=size
+    )

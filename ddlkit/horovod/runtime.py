@@ -1,0 +1,71 @@
+"""Starting Horovod in a worker: :func:`init` does what every ddlkit rank needs.
+
+::
+
+    import ddlkit.horovod as dkh
+    hvd = dkh.init()          # names the rank, ties it to horovodrun, hvd.init()
+
+Under ``horovodrun`` every rank gets ``DDLKIT_WORKER=rank-N`` (its metrics file, its
+dashboard row, its ``report()`` file) and dies with the launcher
+(:mod:`ddlkit.horovod.ranks`). When no ddlkit launcher gave a run directory
+(``horovodrun`` typed by hand), rank 0 picks one and broadcasts it, so all ranks
+write one run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import ModuleType
+
+from ddlkit.errors import DdlkitError
+from ddlkit.horovod import ranks
+
+RUN_DIR_VAR = "DDLKIT_RUN_DIR"
+INSTALL_FIX = (
+    "Fix: build and install it with `scripts/build-horovod.sh .venv/bin/python` from the "
+    "repository (or `make lab`); the first build takes a few minutes, later ones install "
+    "the cached wheel in seconds."
+)
+
+
+class HorovodMissingError(DdlkitError, ImportError):
+    """Horovod is not installed in this environment."""
+
+
+def available() -> bool:
+    """True when ``horovod.tensorflow`` can be found (does not import it)."""
+    return importlib.util.find_spec("horovod") is not None
+
+
+def require() -> None:
+    """Raise :class:`HorovodMissingError` with the fix when Horovod is not installed."""
+    if not available():
+        raise HorovodMissingError(
+            "Horovod is not installed in this environment, so this notebook or script "
+            f"cannot run. {INSTALL_FIX}"
+        )
+
+
+def hvd() -> ModuleType:
+    """``horovod.tensorflow``, with the install fix in the error when it is missing."""
+    require()
+    import horovod.tensorflow as module
+
+    return module
+
+
+def init(watch: bool = True) -> ModuleType:
+    """Set up this rank (see the module docstring), ``hvd.init()``, return ``horovod.tensorflow``.
+
+    ``watch=False`` leaves out tying the rank's life to ``horovodrun``.
+    """
+    ranks.setup_rank(watch=watch)
+    module = hvd()
+    module.init()
+    if ranks.rank_of() is not None and not os.environ.get(RUN_DIR_VAR) and module.size() > 1:
+        from ddlkit.metrics.reporter import local_run_dir
+
+        chosen = str(local_run_dir()) if module.rank() == 0 else None
+        os.environ[RUN_DIR_VAR] = module.broadcast_object(chosen, root_rank=0)
+    return module

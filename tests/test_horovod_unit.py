@@ -1,0 +1,217 @@
+"""ddlkit.horovod without horovodrun: rank naming, the launcher watch, metric averaging."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from procutil import alive, wait_until
+
+import ddlkit.horovod as dkh
+from ddlkit.errors import ConfigError
+from ddlkit.horovod import ranks
+from ddlkit.horovod.callbacks import average_logs
+
+
+def test_rank_env_names_the_rank_from_horovod_rank():
+    assert dkh.rank_env({"HOROVOD_RANK": "1", "DDLKIT_WORKER": "horovodrun"}) == {
+        "DDLKIT_WORKER": "rank-1"
+    }
+    assert dkh.rank_env({"DDLKIT_WORKER": "worker-0"}) == {}
+    assert dkh.rank_of({}) is None
+
+
+def test_a_bad_horovod_rank_is_one_clear_error():
+    with pytest.raises(ConfigError, match="HOROVOD_RANK='x'.*Fix"):
+        dkh.rank_of({"HOROVOD_RANK": "x"})
+
+
+def test_is_launcher_knows_both_ways_horovodrun_runs():
+    assert ranks.is_launcher(["/venv/bin/horovodrun", "-np", "2"])
+    assert ranks.is_launcher(["/usr/bin/python3", "/venv/bin/horovodrun", "-np", "2"])
+    assert not ranks.is_launcher(["python", "train.py", "horovodrun"])
+    assert not ranks.is_launcher([])
+
+
+def test_average_logs_sends_every_number_once_in_key_order():
+    seen = []
+
+    def fake_allreduce(values):
+        seen.append(list(values))
+        return [v / 2 for v in values]
+
+    out = average_logs({"loss": 4.0, "accuracy": 1, "name": "x", "lr": None}, fake_allreduce)
+    assert seen == [[1.0, 4.0]]  # accuracy, loss: sorted; non-numbers left out
+    assert out == {"accuracy": 0.5, "loss": 2.0}
+    assert average_logs({}, fake_allreduce) == {} and len(seen) == 1
+
+
+def test_average_logs_refuses_a_wrong_number_of_values():
+    with pytest.raises(ConfigError, match="same metrics"):
+        average_logs({"a": 1.0, "b": 2.0}, lambda values: values[:1])
+
+
+def test_metric_average_callback_updates_the_logs_later_callbacks_see():
+    callback = dkh.MetricAverageCallback(allreduce=lambda values: [v + 1 for v in values])
+    logs = {"loss": 1.0, "accuracy": 0.5}
+    callback.on_epoch_end(0, logs)
+    assert logs == {"loss": 2.0, "accuracy": 1.5} and callback.last == logs
+
+
+def test_tf_variables_pass_tf_keras_variables_through_and_refuse_tensors():
+    import tensorflow as tf
+
+    v = tf.Variable(1.0)
+    assert dkh.tf_variables([v])[0] is v
+    with pytest.raises(ConfigError, match="neither a tf.Variable"):
+        dkh.tf_variables([tf.constant(1.0)])
+
+
+def test_require_names_the_build_script_when_horovod_is_missing(monkeypatch):
+    from ddlkit.horovod import runtime
+
+    monkeypatch.setattr(runtime, "available", lambda: False)
+    with pytest.raises(dkh.HorovodMissingError, match="scripts/build-horovod.sh"):
+        runtime.require()
+
+
+# A stand-in launcher named horovodrun: it starts one rank that arms ddlkit's launcher
+# watch and prints the launcher pid it found and its own pid, then sleeps.
+_RANK = textwrap.dedent(
+    """
+    import os, sys, time
+    from ddlkit.horovod import ranks
+    os.environ["HOROVOD_RANK"] = "1"
+    name = ranks.setup_rank()
+    print(ranks.find_launcher(), os.getpid(), name, flush=True)
+    time.sleep(120)
+    """
+)
+_LAUNCHER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    # through a shell, as Horovod's middleman starts ranks
+    subprocess.Popen(["/bin/sh", "-c", sys.argv[1] + " -c '" + sys.argv[2] + "'; true"])
+    time.sleep(120)
+    """
+)
+
+
+@pytest.fixture
+def fake_launcher(tmp_path):
+    launcher = tmp_path / "horovodrun"
+    launcher.write_text(_LAUNCHER)
+    proc = subprocess.Popen(
+        [sys.executable, str(launcher), sys.executable, _RANK],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    yield proc
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def test_a_rank_finds_its_launcher_and_dies_when_it_is_killed(fake_launcher):
+    line = fake_launcher.stdout.readline().split()
+    assert line, "the rank printed nothing"
+    launcher_pid, rank_pid, name = int(line[0]), int(line[1]), line[2]
+    assert launcher_pid == fake_launcher.pid
+    assert name == "rank-1"
+    shell = ranks._parent(rank_pid)
+    assert alive(rank_pid) and alive(shell)
+    os.kill(fake_launcher.pid, signal.SIGKILL)  # only the launcher: the shell lives on
+    assert wait_until(lambda: not alive(rank_pid), timeout=10), "the rank outlived horovodrun"
+
+
+def test_a_rank_dies_with_its_parent_process(fake_launcher):
+    rank_pid = int(fake_launcher.stdout.readline().split()[1])
+    shell = ranks._parent(rank_pid)
+    os.kill(shell, signal.SIGKILL)  # the parent-death signal, the launcher still alive
+    assert wait_until(lambda: not alive(rank_pid), timeout=10), "the rank outlived its parent"
+    assert alive(fake_launcher.pid)
+
+
+def test_allreduce_timing_fit_recovers_latency_and_bandwidth():
+    from ddlkit.horovod.timing import AllreducePoint, AllreduceTiming
+
+    latency, bandwidth = 2e-4, 1e9
+    points = tuple(
+        AllreducePoint(n, latency + n / bandwidth, latency, latency + 2 * n / bandwidth)
+        for n in (1024, 65536, 1 << 20, 1 << 24)
+    )
+    timing = AllreduceTiming(ranks=2, points=points, repeats=5)
+    fitted_latency, fitted_bandwidth = timing.fit()
+    assert fitted_latency == pytest.approx(latency, rel=1e-6)
+    assert fitted_bandwidth == pytest.approx(bandwidth, rel=1e-6)
+    assert AllreduceTiming.from_dict(timing.to_dict()) == timing
+    html = timing._repr_html_()
+    assert "16 MiB" in html and "latency 200 us" in html and "1.00 GB/s" in html
+
+
+def test_allreduce_timing_refuses_bad_sizes_before_starting_anything():
+    from ddlkit.horovod.timing import allreduce_timing
+
+    with pytest.raises(ConfigError, match="byte counts"):
+        allreduce_timing([2, 4096])
+    with pytest.raises(ConfigError, match="repeats"):
+        allreduce_timing([4096], repeats=0)
+
+
+_TRACE = """[
+{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad_dense"}},
+{"name": "NEGOTIATE_ALLREDUCE", "ph": "B", "ts": 100, "pid": 1, "tid": 1},
+{"name": "NEGOTIATE_ALLREDUCE", "ph": "E", "ts": 150, "pid": 1, "tid": 1},
+{"name": "ALLREDUCE", "ph": "B", "ts": 150, "pid": 1, "tid": 1},
+{"name": "GLOO_ALLREDUCE", "ph": "B", "ts": 160, "pid": 1, "tid": 1},
+{"name": "GLOO_ALLREDUCE", "ph": "E", "ts": 190, "pid": 1, "tid": 1},
+{"name": "ALLREDUCE", "ph": "E", "ts": 200, "pid": 1, "tid": 1},
+{"name": "ALLREDUCE", "ph": "B", "ts": 300, "pid": 1, "tid": 1},
+"""
+
+
+def test_timeline_reads_an_unterminated_trace_and_pairs_begin_with_end(tmp_path):
+    from ddlkit.horovod.timeline import load_timeline
+
+    path = tmp_path / "timeline.json"
+    path.write_text(_TRACE + '{"name": "ALLREDUCE", "ph": "E", "ts": 3')  # cut mid-line
+    timeline = load_timeline(path)
+    assert [(s.name, s.start, s.end, s.depth) for s in timeline.spans] == [
+        ("NEGOTIATE_ALLREDUCE", 100, 150, 0),
+        ("ALLREDUCE", 150, 200, 0),
+        ("GLOO_ALLREDUCE", 160, 190, 1),
+    ]
+    assert timeline.tensors == ["grad_dense"]
+    assert timeline.totals()["ALLREDUCE"] == (1, 0.05)
+    with pytest.raises(ConfigError, match="--timeline-filename"):
+        load_timeline(tmp_path / "missing.json")
+
+
+def test_warmup_lr_ramps_from_one_rank_rate_to_the_scaled_rate():
+    assert dkh.warmup_lr(0.0, 0.4, size=4, warmup_epochs=2) == pytest.approx(0.1)
+    assert dkh.warmup_lr(1.0, 0.4, size=4, warmup_epochs=2) == pytest.approx(0.25)
+    assert dkh.warmup_lr(2.0, 0.4, size=4, warmup_epochs=2) == pytest.approx(0.4)
+    assert dkh.warmup_lr(5.0, 0.4, size=4, warmup_epochs=2) == 0.4
+    assert dkh.warmup_lr(0.0, 0.4, size=4, warmup_epochs=0) == 0.4
+
+
+def test_warmup_callback_sets_the_rate_of_a_real_fit():
+    import numpy as np
+
+    from ddlkit import models
+
+    model = models.compile_classifier(models.mnist_cnn(seed=0), 0.01)
+    warmup = dkh.LearningRateWarmupCallback(0.02, warmup_epochs=1, steps_per_epoch=4, size=2)
+    x = np.zeros((16, 28, 28, 1), np.float32)
+    history = model.fit(x, np.zeros(16), batch_size=4, epochs=2, verbose=0, callbacks=[warmup])
+    assert warmup.history == pytest.approx([0.01, 0.0125, 0.015, 0.0175])
+    assert history.history["lr"] == pytest.approx([0.02, 0.02])
+    with pytest.raises(ConfigError, match="steps_per_epoch"):
+        dkh.LearningRateWarmupCallback(0.02, steps_per_epoch=0, size=2)
