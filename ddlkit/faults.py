@@ -34,11 +34,14 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddlkit import settings
 from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError, DdlkitError, JobTimeoutError
+
+if TYPE_CHECKING:
+    from ddlkit.launch import Run
 
 RESUME_EVENT = "resume"  # info: initial_epoch (first epoch run), restored_epoch (-1: none)
 BACKUP_EVENT = "backup"  # info: epoch (0-based, just backed up), checkpoint (its path)
@@ -178,7 +181,7 @@ class ResumePoints(tuple):
         return text_table(self._HEADERS, self._rows())
 
 
-def _records(run: Any) -> list:
+def _records(run: Run) -> list:
     """A run's records: from its collector while it runs, else from its JSONL files.
 
     Once the run has ended the files are the complete account: a worker writes each
@@ -196,12 +199,12 @@ def _events(records: Sequence, name: str) -> list:
     return [r for r in records if r.kind == "event" and r.name == name]
 
 
-def backups(run: Any) -> list[int]:
+def backups(run: Run) -> list[int]:
     """The epochs (0-based) whose backup the run's chief has written, in order."""
     return [int(r.info["epoch"]) for r in _events(_records(run), BACKUP_EVENT)]
 
 
-def resume_points(run: Any) -> ResumePoints:
+def resume_points(run: Run) -> ResumePoints:
     """Where each worker of ``run`` started training, from its :data:`RESUME_EVENT`."""
     points = {}
     for r in _events(_records(run), RESUME_EVENT):
@@ -218,7 +221,7 @@ def resume_points(run: Any) -> ResumePoints:
     return ResumePoints(points[w] for w in sorted(points))
 
 
-def wait_for_backup(run: Any, epoch: int = 0, timeout: float = 300.0, poll: float = 0.2) -> int:
+def wait_for_backup(run: Run, epoch: int = 0, timeout: float = 300.0, poll: float = 0.2) -> int:
     """Block until ``run``'s chief has backed up ``epoch`` or a later one; that epoch.
 
     Raises the run's WorkerFailedError if a worker fails first, DdlkitError if the
