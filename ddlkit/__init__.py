@@ -21,6 +21,7 @@ _SUBMODULES = {
     "data",
     "env",
     "errors",
+    "faults",
     "launch",
     "metrics",
     "models",
