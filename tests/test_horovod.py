@@ -284,3 +284,23 @@ def test_cli_launches_the_horovod_strategy(data_env, tmp_path):
     results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
     assert sorted(results) == ["rank-0", "rank-1"]
     assert results["rank-0"]["weights_checksum"] == results["rank-1"]["weights_checksum"]
+
+
+def test_a_hand_typed_horovodrun_streams_every_rank_to_the_notebook(data_env, tmp_path):
+    sh = dkh.shell_launch("cell", runs_dir=tmp_path)
+    script = LAUNCH / "train_horovod.py"
+    # What the notebook's `!env {sh.env} horovodrun ...` cell runs, from a bare PATH.
+    command = (
+        f"env {sh.env} horovodrun -np 2 -H localhost:2 --gloo --timeline-filename "
+        f"{sh.timeline} python {script} --steps-per-epoch 6 --epochs 1"
+    )
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        ["/bin/sh", "-c", command], capture_output=True, text=True, timeout=400, env=env
+    )
+    stats = sh.finish()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(stats.workers) == ["rank-0", "rank-1"]
+    assert all(w.records >= 6 and w.gaps == 0 for w in stats.workers.values()), stats
+    assert sorted(sh.results()) == ["rank-0", "rank-1"]
+    assert "ALLREDUCE" in dkh.load_timeline(sh.timeline).activities

@@ -17,7 +17,9 @@ variables to put in front of the command::
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,10 +37,19 @@ class ShellLaunch:
     collector: Collector
     _dashboard: object = field(default=None, repr=False)
 
+    def variables(self) -> dict[str, str]:
+        """The collector's variables, and PATH with this kernel's Python first.
+
+        A kernel's PATH need not include its venv's ``bin``; with it first, ``horovodrun``
+        and the ``python`` it starts are the kit's.
+        """
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        return {**self.collector.env(), "PATH": path}
+
     @property
     def env(self) -> str:
         """``NAME=value ...`` for ``!env {sh.env} horovodrun ...`` (shell-quoted)."""
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.collector.env().items())
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.variables().items())
 
     @property
     def timeline(self) -> Path:
@@ -71,7 +82,7 @@ class ShellLaunch:
     def _repr_html_(self) -> str:
         rows = [
             ("run directory", str(self.run_dir)),
-            *self.collector.env().items(),
+            *self.variables().items(),
             ("timeline", str(self.timeline)),
         ]
         return html_table(("setting", "value"), rows, caption="for !horovodrun")
