@@ -56,7 +56,8 @@ print(json.dumps({
     "html": split._repr_html_(),
 }))
 """)
-    assert got["config"] == [["/device:CPU:0", "/device:CPU:1"], "logical CPU", 1, 1]
+    per_stage = max(1, len(os.sched_getaffinity(0)) // 2)  # "auto": cores // stages
+    assert got["config"] == [["/device:CPU:0", "/device:CPU:1"], "logical CPU"] + [per_stage] * 2
     assert got["layers"] == [["conv1", "pool1", "conv2", "pool2"], ["flatten", "dense", "logits"]]
     assert [[d.rsplit("/", 1)[-1] for d in ds] for ds in got["var_devices"]] == [
         ["device:CPU:0"],
@@ -187,5 +188,5 @@ print(json.dumps(errors))
     assert "gives 3 stages but 2 devices" in got["count"]
     assert "no such layer" in got["unknown"]
     assert "needs a SplitModel" in got["not_split"]
-    assert "restart the kernel" in got["again"] and "already started with 1" in got["again"]
+    assert "restart the kernel" in got["again"] and "intra-op threads to 0" in got["again"]
     assert "at least 2 stages" in got["stages"]

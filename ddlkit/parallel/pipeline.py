@@ -267,20 +267,21 @@ class _StepRun:
             with tf().device(stage.device):
                 for task in self.schedule[s]:
                     m = task.micro_batch
+                    send = None  # (key, tensor) for the neighbour, handed over after `end`
                     if task.kind == "F":
                         xin = self.xs[m] if s == 0 else self.box.take(("act", s - 1, m))
                         start = time.perf_counter()  # waiting is idle time, not work
                         inputs[m] = xin
                         out = stage.forward(xin)
                         if not stage.last:
-                            self.box.put(("act", s, m), out)
+                            send = (("act", s, m), out)
                     elif task.kind == "B":
                         dy = None if stage.last else self.box.take(("grad", s + 1, m))
                         start = time.perf_counter()
                         dx, g = self._backward(stage, inputs.pop(m), dy, m)
-                        if s > 0:
-                            self.box.put(("grad", s, m), dx)
                         summed = g if summed is None else _add(summed, g)
+                        if s > 0:
+                            send = (("grad", s, m), dx)
                     else:  # "U": one update with the gradients summed over micro-batches
                         start = time.perf_counter()
                         if self.apply:
@@ -288,6 +289,8 @@ class _StepRun:
                         self.grads[s] = list(summed)
                     end = time.perf_counter()
                     self._timings[s].append(Timing(task, start - self.t0, end - self.t0))
+                    if send is not None:  # so a task that waits for it starts after `end`
+                        self.box.put(*send)
         except _Aborted:
             return
         except BaseException as exc:  # noqa: BLE001 - execute() raises it in the caller
