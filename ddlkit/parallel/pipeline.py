@@ -21,8 +21,10 @@ stage applies them once per step with its own optimizer; Adam works per
 variable, so per-stage Adams are one Adam over the whole model.
 
 Like GPipe, a backward task recomputes its stage's forward pass instead of
-keeping the activations (re-materialisation): memory for speed, about a third
-more compute.
+keeping the activations (re-materialisation): it saves memory at the cost of
+about a third more compute. Layers that behave randomly or keep state in
+training (dropout, batch normalisation) therefore see each micro-batch twice;
+the models :func:`~ddlkit.parallel.split` can cut in this kit have none.
 """
 
 from __future__ import annotations
