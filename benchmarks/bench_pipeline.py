@@ -6,7 +6,11 @@ images (throughput does not depend on pixel values). For each M the pipeline
 runs ``warmup`` untimed steps (tracing), then ``steps`` timed ones; the table
 shows medians. The reference row trains the same model unsplit on one device
 with one ``tf.function`` step (forward, backward, Adam): what the pipeline has
-to beat.
+to beat. ``cores`` is this process's CPU time over the wall time of the timed
+steps: how many cores the step kept busy (at most 2 here). Above 1 with one
+thread per stage means the stages computed at the same time; well below the
+setting's maximum means other programs had the cores, and the times are theirs
+as much as ours.
 
 Thread settings are fixed once TensorFlow starts, so each setting runs in its
 own child process:
@@ -67,6 +71,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 "examples_per_sec": p.examples_per_sec,
                 "bubble": p.bubble,
                 "theory": p.theory,
+                "cores_busy": p.cores_used,
             }
         )
     return rows
@@ -91,10 +96,12 @@ def reference(tf, model, x, y, args: argparse.Namespace) -> dict:
     for _ in range(args.warmup):
         step(x, y).numpy()
     seconds = []
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         start = time.perf_counter()
         step(x, y).numpy()
         seconds.append(time.perf_counter() - start)
+    cores_busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
     median = statistics.median(seconds)
     return {
         "run": "one device, unsplit",
@@ -103,11 +110,12 @@ def reference(tf, model, x, y, args: argparse.Namespace) -> dict:
         "examples_per_sec": args.batch / median,
         "bubble": None,
         "theory": None,
+        "cores_busy": cores_busy,
     }
 
 
 def table(rows: list[dict]) -> str:
-    head = ("threads", "run", "micro-batch", "step ms", "examples/s", "bubble", "theory")
+    head = ("threads", "run", "micro-batch", "step ms", "examples/s", "bubble", "theory", "cores")
     body = [
         (
             r["threads"],
@@ -117,6 +125,7 @@ def table(rows: list[dict]) -> str:
             f"{r['examples_per_sec']:,.0f}",
             "" if r["bubble"] is None else f"{r['bubble']:.1%}",
             "" if r["theory"] is None else f"{r['theory']:.1%}",
+            f"{r['cores_busy']:.2f}",
         )
         for r in rows
     ]

@@ -139,7 +139,7 @@ print(json.dumps({
     "steps": len(steps), "bubble_metric": [r.metrics.get("bubble") for r in steps[:3]],
     "eps": summary.examples_per_sec, "seconds": summary.train_seconds,
     "violations": summary.last_timeline.order_violations(),
-    "sweep": [[p.micro_batches, p.bubble, p.theory, p.examples_per_sec] for p in sweep.points],
+    "sweep": [[p.micro_batches, p.bubble, p.theory, p.cores_used] for p in sweep.points],
     "sweep_html": sweep._repr_html_(), "errors": errors,
 }))
 """,
@@ -152,8 +152,9 @@ print(json.dumps({
     assert all(b is not None and 0.0 <= b < 1.0 for b in got["bubble_metric"])
     assert got["eps"] > 0 and got["seconds"] > 0
     assert got["violations"] == []
-    (m1, bubble1, theory1, _), (m4, bubble4, theory4, _) = got["sweep"]
+    (m1, bubble1, theory1, cores1), (m4, bubble4, theory4, cores4) = got["sweep"]
     assert (m1, theory1, m4, theory4) == (1, 0.5, 4, 0.2)
+    assert 0 < cores1 <= 2.5 and 0 < cores4 <= 2.5  # 2 cores, some slack for clock reads
     # With one micro-batch a stage can only idle while the other works; with four they
     # overlap. Generous: what the schedule allows, not a speed claim.
     assert bubble4 < bubble1

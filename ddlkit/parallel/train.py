@@ -178,6 +178,7 @@ class SweepPoint:
     examples_per_sec: float  # batch / median step time
     bubble: float  # median measured
     theory: float
+    cores_used: float  # this process's CPU time / wall time over the timed steps
     timeline: Timeline  # the step with the median makespan
 
 
@@ -208,11 +209,21 @@ class Sweep:
                 f"{p.examples_per_sec / base:.2f}x",
                 f"{p.bubble:.1%}",
                 f"{p.theory:.1%}",
+                f"{p.cores_used:.2f}",
             )
             for p in self.points
         ]
 
-    HEADERS = ("M", "micro-batch", "step ms", "examples/s", "vs first", "bubble", "theory")
+    HEADERS = (
+        "M",
+        "micro-batch",
+        "step ms",
+        "examples/s",
+        "vs first",
+        "bubble",
+        "theory",
+        "CPU cores busy",
+    )
 
     def _repr_html_(self) -> str:
         caption = (
@@ -269,7 +280,10 @@ def sweep(
         pipe = Pipeline(model, m, learning_rate=learning_rate)
         for _ in range(warmup):
             pipe.step(x, y)
-        results = sorted((pipe.step(x, y) for _ in range(steps)), key=lambda r: r.seconds)
+        wall, cpu = time.perf_counter(), time.process_time()
+        results = [pipe.step(x, y) for _ in range(steps)]
+        cores_used = (time.process_time() - cpu) / (time.perf_counter() - wall)
+        results.sort(key=lambda r: r.seconds)
         median = results[len(results) // 2]
         point = SweepPoint(
             micro_batches=m,
@@ -277,6 +291,7 @@ def sweep(
             examples_per_sec=batch / median.seconds,
             bubble=statistics.median(r.timeline.bubble for r in results),
             theory=theoretical_bubble(len(model), m),
+            cores_used=cores_used,
             timeline=median.timeline,
         )
         points.append(point)
@@ -284,7 +299,7 @@ def sweep(
             print(
                 f"M={m}: step {point.step_seconds * 1000:.1f} ms, "
                 f"{point.examples_per_sec:,.0f} examples/s, bubble {point.bubble:.1%} "
-                f"(theory {point.theory:.1%})",
+                f"(theory {point.theory:.1%}), {point.cores_used:.2f} cores busy",
                 flush=True,
             )
     return Sweep(len(model), batch, steps, tuple(points))
