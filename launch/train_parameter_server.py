@@ -13,7 +13,7 @@ applying its gradients. The chief evaluates the weights on a fixed held-out subs
 ``--eval-every`` steps and reports it as an ``eval`` event, with the training time so far
 (evaluation time excluded), for a time-to-accuracy curve.
 
-Lines that exist only for distribution end with ``# [dist]``.
+Lines that exist only for distribution carry a ``[dist]`` comment.
 
 Launch (servers never exit by themselves: the launcher ends ps and workers after the chief):
     ddlkit launch --strategy parameter_server -n 2 --ps 2 launch/train_parameter_server.py \\

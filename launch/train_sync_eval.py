@@ -6,7 +6,7 @@ event with the training time so far (evaluation time left out). The parameter se
 script reports the same events, so ``ddlkit.staleness`` can put synchronous and
 asynchronous training on one time axis.
 
-Lines that exist only for distribution end with ``# [dist]``.
+Lines that exist only for distribution carry a ``[dist]`` comment.
 
 Launch:
     ddlkit launch --strategy multi_worker -n 2 launch/train_sync_eval.py -- --epochs 1
