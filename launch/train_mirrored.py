@@ -1,0 +1,81 @@
+"""Train a CNN with MirroredStrategy: one process, one replica per device.
+
+Lines that exist only for distribution end with ``# [dist]``; everything else
+is launch/train_single.py. The devices are the first N GPUs if there are N,
+else N logical CPU devices (which share the same cores: no speed-up on CPU).
+
+Launch:
+    ddlkit launch --strategy mirrored -n 2 launch/train_mirrored.py -- --epochs 1
+    python launch/train_mirrored.py --replicas 2 --epochs 1
+
+``ddlkit launch`` sets DDLKIT_REPLICAS=N; ``--replicas`` overrides it, and
+without either the script uses 2 replicas.
+"""
+
+from __future__ import annotations
+
+import os  # [dist]
+import time
+
+import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
+
+# isort: split
+import tensorflow as tf  # [dist]
+from _common import parse_args, report, test_accuracy
+
+from ddlkit import data, metrics, models, replicas  # [dist] replicas
+from ddlkit.data import pipeline
+from ddlkit.launch.plan import REPLICAS_VAR  # [dist]
+
+DEFAULT_REPLICAS = 2  # [dist]
+
+
+def _flags(parser) -> None:  # [dist]
+    parser.add_argument(  # [dist]
+        "--replicas",  # [dist]
+        type=int,  # [dist]
+        default=os.environ.get(REPLICAS_VAR, str(DEFAULT_REPLICAS)),  # [dist] argparse: int()
+        help=f"devices to mirror on (default: ${REPLICAS_VAR}, else {DEFAULT_REPLICAS})",  # [dist]
+    )  # [dist]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, __doc__, extra=_flags)  # [dist] extra: --replicas
+    plan = replicas.devices(args.replicas)  # [dist] before any other TensorFlow op
+    strategy = tf.distribute.MirroredStrategy(list(plan))  # [dist]
+    n = strategy.num_replicas_in_sync  # [dist]
+    global_batch = args.batch_size * n  # [dist] per-replica batch x replicas
+    (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
+    train = pipeline.for_strategy(  # [dist] each replica gets its slice of the global batch
+        strategy, x_train, y_train, per_replica_batch=args.batch_size, repeat=True
+    )
+    steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
+    with strategy.scope():  # [dist] variables are mirrored on every replica
+        model = models.for_dataset(args.dataset, seed=args.seed)
+        models.compile_classifier(model, args.lr * n)  # [dist] lr scales with the global batch
+    start = time.perf_counter()
+    model.fit(
+        train,
+        epochs=args.epochs,
+        steps_per_epoch=steps,
+        verbose=0,
+        callbacks=[metrics.KerasReporter(batch_size=global_batch)],  # [dist] global batch
+    )
+    seconds = time.perf_counter() - start
+    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
+    examples = args.epochs * steps * global_batch
+    report(
+        {
+            "test_accuracy": accuracy,
+            "train_seconds": seconds,
+            "examples_per_sec": examples / seconds,
+            "replicas": n,
+            "devices": plan.kind,  # [dist]
+            "global_batch": global_batch,  # [dist]
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
