@@ -26,6 +26,7 @@ _SUBMODULES = {
     "metrics",
     "models",
     "plots",
+    "ps",
     "replicas",
     "results",
     "settings",
