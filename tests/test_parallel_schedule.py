@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import matplotlib
+import pytest
 
-matplotlib.use("Agg")
-
-import pytest  # noqa: E402
-
-from ddlkit.errors import ConfigError  # noqa: E402
-from ddlkit.parallel import gantt  # noqa: E402
-from ddlkit.parallel.config import thread_plan  # noqa: E402
-from ddlkit.parallel.schedule import (  # noqa: E402
+from ddlkit.errors import ConfigError
+from ddlkit.parallel import gantt
+from ddlkit.parallel.config import thread_plan
+from ddlkit.parallel.schedule import (
     Task,
     Timeline,
     Timing,
@@ -22,7 +18,7 @@ from ddlkit.parallel.schedule import (  # noqa: E402
     simulate,
     theoretical_bubble,
 )
-from ddlkit.parallel.split import cut_points  # noqa: E402
+from ddlkit.parallel.split import cut_points
 
 
 def test_each_stage_runs_all_forwards_then_the_backwards_in_reverse_then_one_update():
