@@ -190,6 +190,12 @@ def test_timeline_reads_an_unterminated_trace_and_pairs_begin_with_end(tmp_path)
     ]
     assert timeline.tensors == ["grad_dense"]
     assert timeline.totals()["ALLREDUCE"] == (1, 0.05)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = timeline.plot(last_ms=0.045)  # the spans that end in the last 45 us: 160..200
+    assert ax.get_xlim() == pytest.approx((0.055, 0.1))
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["grad_dense"]
     with pytest.raises(ConfigError, match="--timeline-filename"):
         load_timeline(tmp_path / "missing.json")
 

@@ -70,8 +70,11 @@ class Timeline:
         caption = f"{len(self.tensors)} tensors, {len(self.spans)} spans: {self.path}"
         return _Html(html_table(("activity", "spans", "total ms"), rows, caption=caption))
 
-    def plot(self, max_tensors: int = 12, ax=None):
-        """A Gantt chart: a row per tensor (the first ``max_tensors``), a colour per activity."""
+    def plot(self, max_tensors: int = 12, last_ms: float | None = None, ax=None):
+        """A Gantt chart: a row per tensor (the first ``max_tensors``), a colour per activity.
+
+        ``last_ms``: draw only the last milliseconds of the timeline (a few steps).
+        """
         import matplotlib.pyplot as plt
 
         if not self.spans:
@@ -79,13 +82,17 @@ class Timeline:
                 f"the timeline {self.path} has no activities. Fix: train for a few steps with "
                 f"HOROVOD_TIMELINE set, and read the file of rank 0."
             )
-        tensors = self.tensors[:max_tensors]
+        spans = self.spans
+        if last_ms is not None:
+            end = max(s.end for s in spans)
+            spans = tuple(s for s in spans if s.end >= end - last_ms * 1e3)
+        tensors = list(dict.fromkeys(s.tensor for s in spans))[:max_tensors]
         colours = {name: plt.cm.tab10(i % 10) for i, name in enumerate(self.activities)}
         if ax is None:
             _, ax = plt.subplots(figsize=(10, 0.45 * len(tensors) + 1.5))
         t0 = min(s.start for s in self.spans)
         for row, tensor in enumerate(tensors):
-            for s in self.spans:
+            for s in spans:
                 if s.tensor != tensor:
                     continue
                 height = 0.8 / (1 + s.depth)
@@ -97,6 +104,9 @@ class Timeline:
         ax.set_yticks(range(len(tensors)))
         ax.set_yticklabels([_short(t) for t in tensors], fontsize=8)
         ax.invert_yaxis()
+        if last_ms is not None:
+            end_ms = (max(s.end for s in spans) - t0) / 1e3
+            ax.set_xlim(end_ms - last_ms, end_ms)
         ax.set_xlabel("time (ms)")
         ax.set_title("Horovod timeline (rank 0)")
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
