@@ -25,6 +25,7 @@ _SUBMODULES = {
     "launch",
     "metrics",
     "models",
+    "parallel",
     "plots",
     "ps",
     "replicas",
