@@ -114,7 +114,9 @@ def _results(run) -> dict[str, dict]:
     return results
 
 
-def test_tf_keras_path_trains_with_identical_replicas_and_live_metrics(data_env, tmp_path):
+def test_tf_keras_path_trains_with_identical_replicas_and_live_metrics(
+    horovodrun, data_env, tmp_path
+):
     run = run_mod.start(
         LAUNCH / "train_horovod.py",
         strategy="horovod",
@@ -138,7 +140,7 @@ def test_tf_keras_path_trains_with_identical_replicas_and_live_metrics(data_env,
 
 
 def test_keras3_tape_path_trains_and_broadcast_makes_replicas_identical(
-    data_env, tmp_path, monkeypatch
+    horovodrun, data_env, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("DDLKIT_KERAS", "3")  # the launcher gives the ranks Keras 3
     run = run_mod.start(
@@ -253,7 +255,7 @@ def test_killing_horovodrun_ends_every_rank(horovodrun, tmp_path):
     assert wait_until(lambda: not any(alive(p) for p in pids), timeout=20), "orphan ranks"
 
 
-def test_cli_launches_the_horovod_strategy(data_env, tmp_path):
+def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
@@ -286,7 +288,7 @@ def test_cli_launches_the_horovod_strategy(data_env, tmp_path):
     assert results["rank-0"]["weights_checksum"] == results["rank-1"]["weights_checksum"]
 
 
-def test_a_hand_typed_horovodrun_streams_every_rank_to_the_notebook(data_env, tmp_path):
+def test_a_hand_typed_horovodrun_streams_every_rank_to_the_notebook(horovodrun, data_env, tmp_path):
     sh = dkh.shell_launch("cell", runs_dir=tmp_path)
     script = LAUNCH / "train_horovod.py"
     # What the notebook's `!env {sh.env} horovodrun ...` cell runs, from a bare PATH.
