@@ -1,7 +1,7 @@
 """Train a CNN with MirroredStrategy: one process, one replica per device.
 
-Lines that exist only for distribution end with ``# [dist]``; everything else
-is launch/train_single.py. The devices are the first N GPUs if there are N,
+Lines that exist only for distribution carry a ``[dist]`` comment; everything
+else is launch/train_single.py. The devices are the first N GPUs if there are N,
 else N logical CPU devices (which share the same cores: no speed-up on CPU).
 
 Launch:
@@ -30,13 +30,10 @@ from ddlkit.launch.plan import REPLICAS_VAR  # [dist]
 DEFAULT_REPLICAS = 2  # [dist]
 
 
-def _flags(parser) -> None:  # [dist]
-    parser.add_argument(  # [dist]
-        "--replicas",  # [dist]
-        type=int,  # [dist]
-        default=os.environ.get(REPLICAS_VAR, str(DEFAULT_REPLICAS)),  # [dist] argparse: int()
-        help=f"devices to mirror on (default: ${REPLICAS_VAR}, else {DEFAULT_REPLICAS})",  # [dist]
-    )  # [dist]
+def _flags(parser) -> None:  # [dist] --replicas, by default $DDLKIT_REPLICAS (ddlkit launch -n N)
+    default = os.environ.get(REPLICAS_VAR, str(DEFAULT_REPLICAS))  # [dist] argparse applies int
+    about = f"devices to mirror on (default: ${REPLICAS_VAR}, else {DEFAULT_REPLICAS})"  # [dist]
+    parser.add_argument("--replicas", type=int, default=default, help=about)  # [dist]
 
 
 def main(argv: list[str] | None = None) -> int:
