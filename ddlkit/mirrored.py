@@ -221,9 +221,10 @@ def one_step_check(
     """Train one step on the first ``global_batch`` examples under ``strategy`` and on one
     device (TensorFlow's default strategy), from the same initial weights.
 
-    Each replica computes the gradient of its slice's loss, divided by the *global*
-    batch; the all-reduce sums them, which gives the gradient of the mean loss over the
-    global batch: exactly the single-device gradient. SGD is used because its step is
+    Each replica computes the gradient of its slice's mean loss divided by the number of
+    replicas (tf-keras' scaling: the slice's total over the *global* batch); the all-reduce
+    sums them, which gives the gradient of the mean loss over the global batch: exactly
+    the single-device gradient. SGD is used because its step is
     proportional to the gradient (Adam's first step is nearly ``lr * sign(gradient)``
     and would hide a wrong scale).
     """
