@@ -14,7 +14,7 @@ from procutil import alive, wait_until
 import ddlkit.horovod as dkh
 from ddlkit.errors import ConfigError
 from ddlkit.horovod import ranks
-from ddlkit.horovod.callbacks import average_logs
+from ddlkit.horovod.callbacks import average_logs, metric_names_code
 
 
 def test_rank_env_names_the_rank_from_horovod_rank():
@@ -37,29 +37,40 @@ def test_is_launcher_knows_both_ways_horovodrun_runs():
     assert not ranks.is_launcher([])
 
 
+def _two_ranks(other_logs):
+    """A stand-in allreduce: the mean with another rank that logged ``other_logs``."""
+    calls = []
+
+    def allreduce(values):
+        calls.append(list(values))
+        other = [float(other_logs[k]) for k in sorted(other_logs)]
+        other.append(metric_names_code(sorted(other_logs)))
+        assert len(other) == len(values), "different shapes: Horovod itself refuses these"
+        return [(a + b) / 2 for a, b in zip(values, other, strict=True)]
+
+    return allreduce, calls
+
+
 def test_average_logs_sends_every_number_once_in_key_order():
-    seen = []
-
-    def fake_allreduce(values):
-        seen.append(list(values))
-        return [v / 2 for v in values]
-
-    out = average_logs({"loss": 4.0, "accuracy": 1, "name": "x", "lr": None}, fake_allreduce)
-    assert seen == [[1.0, 4.0]]  # accuracy, loss: sorted; non-numbers left out
-    assert out == {"accuracy": 0.5, "loss": 2.0}
-    assert average_logs({}, fake_allreduce) == {} and len(seen) == 1
+    allreduce, calls = _two_ranks({"loss": 2.0, "accuracy": 0.0})
+    out = average_logs({"loss": 4.0, "accuracy": 1, "name": "x", "lr": None}, allreduce)
+    assert calls == [[1.0, 4.0, metric_names_code(["accuracy", "loss"])]]  # sorted keys
+    assert out == {"accuracy": 0.5, "loss": 3.0}
+    assert average_logs({}, allreduce) == {} and len(calls) == 1
 
 
-def test_average_logs_refuses_a_wrong_number_of_values():
-    with pytest.raises(ConfigError, match="same metrics"):
-        average_logs({"a": 1.0, "b": 2.0}, lambda values: values[:1])
+def test_average_logs_refuses_ranks_that_logged_different_metrics():
+    allreduce, _ = _two_ranks({"loss": 2.0, "val_loss": 0.0})
+    with pytest.raises(ConfigError, match="different metrics.*accuracy, loss.*Fix"):
+        average_logs({"loss": 4.0, "accuracy": 1.0}, allreduce)
 
 
 def test_metric_average_callback_updates_the_logs_later_callbacks_see():
-    callback = dkh.MetricAverageCallback(allreduce=lambda values: [v + 1 for v in values])
-    logs = {"loss": 1.0, "accuracy": 0.5}
+    allreduce, _ = _two_ranks({"loss": 3.0, "accuracy": 0.5})
+    callback = dkh.MetricAverageCallback(allreduce=allreduce)
+    logs = {"loss": 1.0, "accuracy": 1.5}
     callback.on_epoch_end(0, logs)
-    assert logs == {"loss": 2.0, "accuracy": 1.5} and callback.last == logs
+    assert logs == {"loss": 2.0, "accuracy": 1.0} and callback.last == logs
 
 
 def test_tf_variables_pass_tf_keras_variables_through_and_refuse_tensors():

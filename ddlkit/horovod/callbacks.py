@@ -23,6 +23,7 @@ attribute 'constant'" and ``LearningRateWarmupCallback`` with "... no attribute
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,11 +34,18 @@ AllreduceFn = Callable[[Sequence[float]], Sequence[float]]
 ALLREDUCE_NAME = "ddlkit.metric_average"
 
 
+def metric_names_code(names: Sequence[str]) -> float:
+    """A number that differs between different lists of metric names (CRC-32, exact in fp64)."""
+    return float(zlib.crc32("\n".join(names).encode()))
+
+
 def average_logs(logs: Mapping[str, Any], allreduce: AllreduceFn) -> dict[str, float]:
     """The numeric entries of ``logs`` averaged by ``allreduce`` (one call, keys sorted).
 
-    ``allreduce`` takes the values in sorted-key order and returns their means over
-    ranks. Entries that are not scalars are left out of the result.
+    ``allreduce`` takes the values in sorted-key order, followed by a code of the key
+    names (:func:`metric_names_code`), and returns their means over ranks. The code
+    comes back unchanged only if every rank averaged the same names; otherwise the
+    numbers mean nothing and this raises. Entries that are not scalars are left out.
     """
     keys, values = [], []
     for key in sorted(logs):
@@ -49,13 +57,15 @@ def average_logs(logs: Mapping[str, Any], allreduce: AllreduceFn) -> dict[str, f
         values.append(number)
     if not keys:
         return {}
-    averaged = list(allreduce(values))
-    if len(averaged) != len(keys):
+    code = metric_names_code(keys)
+    averaged = list(allreduce([*values, code]))
+    if len(averaged) != len(keys) + 1 or averaged[-1] != code:
         raise ConfigError(
-            f"averaging {len(keys)} metrics ({', '.join(keys)}) returned {len(averaged)} "
-            f"values. Fix: every rank must log the same metrics (run the same fit on each)."
+            f"the ranks logged different metrics at this epoch end (this rank: "
+            f"{', '.join(keys)}), so their averages would mix different numbers. Fix: run "
+            f"the same fit (same metrics, same validation) on every rank."
         )
-    return {k: float(v) for k, v in zip(keys, averaged, strict=True)}
+    return {k: float(v) for k, v in zip(keys, averaged, strict=False)}
 
 
 def horovod_average(values: Sequence[float]) -> list[float]:
