@@ -1,7 +1,8 @@
 """Train a CNN with Horovod and tf-keras: one process per rank, started by horovodrun.
 
-Lines that exist only for distribution end with ``# [dist]``; everything else
-is launch/train_single.py.
+Lines that exist only for distribution carry a ``[dist]`` comment; everything else
+is launch/train_single.py, plus a few numbers in the report that the tests and
+notebook 05 check (final loss and learning rate, a checksum of the weights).
 
 Launch:
     ddlkit launch --strategy horovod -n 2 launch/train_horovod.py -- --epochs 1

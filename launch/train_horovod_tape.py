@@ -2,7 +2,7 @@
 
 Horovod 0.28.1's tape and broadcast fail on Keras 3 variables; ddlkit.horovod's
 wrappers hand Horovod the tf.Variables inside them, so the same loop runs on both
-Keras versions. Lines that exist only for distribution end with ``# [dist]``.
+Keras versions. Lines that exist only for distribution carry a ``[dist]`` comment.
 
 Launch (DDLKIT_KERAS=3 for Keras 3; the default is tf-keras):
     DDLKIT_KERAS=3 ddlkit launch --strategy horovod -n 2 launch/train_horovod_tape.py -- --epochs 1
