@@ -24,6 +24,7 @@ _SUBMODULES = {
     "faults",
     "launch",
     "metrics",
+    "mirrored",
     "models",
     "parallel",
     "plots",

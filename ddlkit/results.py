@@ -51,6 +51,10 @@ class Result:
             raise ValueError("examples_per_sec and train_seconds must be positive")
 
     @property
+    def steps_per_sec(self) -> float:
+        return self.examples_per_sec / self.global_batch
+
+    @property
     def label(self) -> str:
         data = f"{self.dataset} (synthetic stand-in)" if self.synthetic_data else self.dataset
         return f"{self.strategy} x{self.replicas} on {data}"
@@ -82,6 +86,75 @@ def throughput(records, *, skip: int = 5) -> float:
         mid = len(steady) // 2
         total += steady[mid] if len(steady) % 2 else (steady[mid - 1] + steady[mid]) / 2
     return total
+
+
+# What every worker script of launch/ reports (launch/_common.py checks it), so that
+# `from_run` can turn any run into a Result.
+REPORT_KEYS = (
+    "dataset",
+    "epochs",
+    "steps",
+    "global_batch",
+    "replicas",
+    "examples_per_sec",
+    "test_accuracy",
+    "train_seconds",
+)
+# Whose report speaks for the run: the coordinator, else the first worker or rank.
+_SPOKESMEN = ("chief", "main", "worker-0", "rank-0")
+
+
+def from_run(
+    run, name: str, strategy: str, *, worker: str | None = None, notes: str = ""
+) -> Result:
+    """The Result of a finished launched run (``dk.launch.start``), from what its worker
+    scripts reported and its metric records.
+
+    Throughput is the steady-state rate of the step records where there are any (all
+    workers added up), else the rate the worker reported. Fast-mode runs say so in notes.
+    """
+    reports = run.results()
+    if not reports:
+        raise DdlkitError(
+            f"run {run.run_id} has no worker results in {run.run_dir / 'results'}. Fix: wait "
+            f"for it to finish (run.wait()); its scripts must call report() from launch/_common.py."
+        )
+    if worker is None:
+        worker = next((w for w in _SPOKESMEN if w in reports), sorted(reports)[0])
+    if worker not in reports:
+        raise DdlkitError(
+            f"run {run.run_id} has no result from {worker!r}. Fix: use one of "
+            f"{', '.join(sorted(reports))}."
+        )
+    report = reports[worker]
+    missing = [k for k in REPORT_KEYS if k not in report]
+    if missing:
+        raise DdlkitError(
+            f"{worker}'s result in run {run.run_id} lacks {', '.join(missing)}. Fix: report "
+            f"every key of ddlkit.results.REPORT_KEYS from the worker script."
+        )
+    records = run.records()
+    try:
+        rate = throughput(records) if records else float(report["examples_per_sec"])
+    except DdlkitError:
+        rate = float(report["examples_per_sec"])
+    if settings.fast_mode():
+        notes = ", ".join(n for n in (notes, "fast mode") if n)
+    return Result(
+        name=name,
+        strategy=strategy,
+        dataset=str(report["dataset"]),
+        workers=run.config.workers,
+        replicas=int(report["replicas"]),
+        global_batch=int(report["global_batch"]),
+        epochs=float(report["epochs"]),
+        steps=int(report["steps"]),
+        examples_per_sec=rate,
+        test_accuracy=float(report["test_accuracy"]),
+        train_seconds=float(report["train_seconds"]),
+        synthetic_data=bool(report.get("synthetic_data", False)),
+        notes=notes,
+    )
 
 
 def results_dir() -> Path:
@@ -120,7 +193,16 @@ def load(name: str, directory: Path | None = None) -> Result:
 
 def table(results: list[Result], baseline: Result | None = None) -> str:
     """An HTML table of results; with a baseline, speed-up and accuracy change too."""
-    head = ["run", "strategy", "replicas", "global batch", "examples/s", "test acc", "train s"]
+    head = [
+        "run",
+        "strategy",
+        "replicas",
+        "global batch",
+        "examples/s",
+        "steps/s",
+        "test acc",
+        "train s",
+    ]
     if baseline:
         head += ["speed-up", "acc change"]
     rows = []
@@ -131,6 +213,7 @@ def table(results: list[Result], baseline: Result | None = None) -> str:
             str(r.replicas),
             str(r.global_batch),
             f"{r.examples_per_sec:,.0f}",
+            f"{r.steps_per_sec:.2f}",
             f"{r.test_accuracy:.4f}",
             f"{r.train_seconds:.1f}",
         ]

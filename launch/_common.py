@@ -40,7 +40,16 @@ def test_accuracy(model, dataset: str, x_test, y_test, seed: int) -> float:
 
 
 def report(result: dict) -> None:
-    """Print the worker's result as one JSON line and, under ddlkit, save it in the run."""
+    """Print the worker's result as one JSON line and, under ddlkit, save it in the run.
+
+    It must hold every key of ``ddlkit.results.REPORT_KEYS`` (``dk.results.from_run``
+    builds the run's Result from them); scripts add their own keys freely.
+    """
+    from ddlkit.results import REPORT_KEYS
+
+    missing = [k for k in REPORT_KEYS if k not in result]
+    if missing:
+        raise ValueError(f"report() lacks {', '.join(missing)}: every script reports REPORT_KEYS")
     line = json.dumps(result, sort_keys=True)
     print(f"RESULT {line}", flush=True)
     run_dir, worker = os.environ.get("DDLKIT_RUN_DIR"), os.environ.get("DDLKIT_WORKER")

@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,  # all ranks together
             "replicas": ranks,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "steps": args.epochs * steps,
+            "global_batch": global_batch,
             "rank": hvd.rank(),
             "loss": float(history.history["loss"][-1]),
             "final_lr": float(model.optimizer.learning_rate.numpy()),

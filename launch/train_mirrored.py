@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,
             "replicas": n,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "steps": args.epochs * steps,
             "devices": plan.kind,  # [dist]
             "global_batch": global_batch,  # [dist]
         }

@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,  # all workers together
             "replicas": replicas,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "steps": args.epochs * steps,
+            "global_batch": global_batch,
         }
     )
     return 0

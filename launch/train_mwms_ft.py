@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,  # all workers together
             "replicas": replicas,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "steps": (args.epochs - initial_epoch) * steps,  # in this launch
+            "global_batch": global_batch,
             "initial_epoch": initial_epoch,
             "restored_epoch": getattr(reporter, "restored_epoch", None),
             "chief": faults.is_chief(task_type, task_id),

@@ -252,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": train_seconds,
             "examples_per_sec": done * args.batch_size / train_seconds,
             "steps": done,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "global_batch": args.batch_size,  # one worker's batch per step
             "replicas": len(cluster["worker"]),
             "ps": len(cluster["ps"]),
             "first_loss": interval_losses[0],

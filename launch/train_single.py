@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,
             "replicas": 1,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "steps": args.epochs * steps,
+            "global_batch": args.batch_size,
         }
     )
     return 0

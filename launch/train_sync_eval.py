@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             "examples_per_sec": examples / seconds,  # all workers together
             "steps": args.epochs * steps,
             "replicas": replicas,
+            "dataset": args.dataset,
+            "epochs": args.epochs,
+            "global_batch": global_batch,
         }
     )
     return 0

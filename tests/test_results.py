@@ -87,3 +87,64 @@ def test_throughput_is_the_sum_of_steady_worker_medians():
 def test_throughput_without_steps_names_the_fix():
     with pytest.raises(DdlkitError, match="batch_size"):
         results.throughput([])
+
+
+class _Run:
+    """What from_run reads of a launched run: its reports, records, id, dir and config."""
+
+    def __init__(self, tmp_path, reports, records=(), workers=2):
+        import types
+
+        self.run_id, self.run_dir = "r1", tmp_path
+        self.config = types.SimpleNamespace(workers=workers)
+        self._reports, self._records = reports, list(records)
+
+    def results(self):
+        return self._reports
+
+    def records(self):
+        return self._records
+
+
+def _report(**over):
+    base = dict(
+        dataset="mnist", epochs=1, steps=40, global_batch=128, replicas=2,
+        examples_per_sec=900.0, test_accuracy=0.9, train_seconds=5.7,
+    )  # fmt: skip
+    base.update(over)
+    return base
+
+
+def _step(worker, step, rate):
+    from ddlkit.metrics import Record
+
+    return Record(kind="step", worker=worker, step=step, epoch=0, examples_per_sec=rate,
+                  wall_time=1000.0 + step, seq=step)  # fmt: skip
+
+
+def test_from_run_speaks_for_worker_0_and_adds_up_the_workers_steady_rates(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLKIT_FAST", "0")
+    reports = {"worker-1": _report(test_accuracy=0.1), "worker-0": _report()}
+    records = [_step(w, i, 500.0 if i > 5 else 5.0) for w in ("worker-0", "worker-1")
+               for i in range(12)]  # fmt: skip
+    r = results.from_run(_Run(tmp_path, reports, records), "mwms", "MultiWorkerMirrored")
+    assert (r.test_accuracy, r.examples_per_sec, r.workers, r.steps) == (0.9, 1000.0, 2, 40)
+    assert r.steps_per_sec == pytest.approx(1000.0 / 128) and r.notes == ""
+
+
+def test_from_run_prefers_the_chief_and_falls_back_to_the_reported_rate(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLKIT_FAST", "1")
+    reports = {"worker-0": _report(test_accuracy=0.1), "chief": _report(test_accuracy=0.8)}
+    r = results.from_run(_Run(tmp_path, reports), "ps", "ParameterServer", notes="2 ps")
+    assert (r.test_accuracy, r.examples_per_sec, r.notes) == (0.8, 900.0, "2 ps, fast mode")
+
+
+def test_from_run_errors_name_the_fix(tmp_path):
+    with pytest.raises(DdlkitError, match=r"run.wait\(\)"):
+        results.from_run(_Run(tmp_path, {}), "x", "y")
+    with pytest.raises(DdlkitError, match="no result from 'rank-3'.*worker-0"):
+        results.from_run(_Run(tmp_path, {"worker-0": _report()}), "x", "y", worker="rank-3")
+    partial = _report()
+    del partial["steps"], partial["dataset"]
+    with pytest.raises(DdlkitError, match="lacks dataset, steps"):
+        results.from_run(_Run(tmp_path, {"worker-0": partial}), "x", "y")
