@@ -40,12 +40,16 @@ data: $(INSTALLED)
 # cached (scripts/build-horovod.sh; ~/.cache/ddlkit/wheels), so only the first run builds.
 # `make test` needs it: CI must not pass without the Horovod tests, so a failed build
 # fails the target. `make lab` goes on without it and says so (notebook 05 and the
-# horovod strategy then explain the fix).
+# horovod strategy then explain the fix). HOROVOD_MPI=1 also builds MPI support
+# (`horovodrun --mpi`; needs Debian's openmpi-bin and libopenmpi-dev).
+HOROVOD_MPI ?=
+HOROVOD_FLAGS := $(if $(HOROVOD_MPI),--mpi)
+
 horovod: system $(INSTALLED)
-	@scripts/build-horovod.sh $(BIN)/python
+	@scripts/build-horovod.sh $(HOROVOD_FLAGS) $(BIN)/python
 
 horovod-optional: system $(INSTALLED)
-	@scripts/build-horovod.sh --optional $(BIN)/python
+	@scripts/build-horovod.sh --optional $(HOROVOD_FLAGS) $(BIN)/python
 
 lab: install horovod-optional
 	$(BIN)/jupyter lab --ip=$(LAB_IP) --port=$(LAB_PORT) --no-browser $(ALLOW_ROOT) \

@@ -2,7 +2,7 @@
 # Build Horovod 0.28.1 (the last release) against this venv's TensorFlow, cache the
 # wheel, and install it.
 #
-#   scripts/build-horovod.sh [--optional] [PYTHON]
+#   scripts/build-horovod.sh [--optional] [--mpi] [PYTHON]
 #
 # PYTHON is the venv's interpreter (default .venv/bin/python). Steps, each skipped
 # when already done:
@@ -19,6 +19,10 @@
 # Exit code: 0 when Horovod is installed; non-zero when it could not be (the reason and
 # the retry command are printed). With --optional a failure is reported the same way but
 # exits 0, so `make lab` goes on without Horovod while `make test` fails loudly.
+#
+# --mpi also builds Horovod's MPI support (for `horovodrun --mpi`), against Debian's
+# OpenMPI (apt-get install openmpi-bin libopenmpi-dev); its wheel has its own cache key.
+# Gloo works either way. `make ... HOROVOD_MPI=1` passes it.
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
@@ -27,13 +31,19 @@ HOROVOD_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
 XLA_LINE='list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")'
 
 optional=0
-if [[ "${1:-}" == "--optional" ]]; then
-  optional=1
+mpi=0
+while [[ "${1:-}" == --* ]]; do
+  case "$1" in
+    --optional) optional=1 ;;
+    --mpi) mpi=1 ;;
+    *) echo "build-horovod.sh: unknown option $1 (use --optional, --mpi)" >&2; exit 2 ;;
+  esac
   shift
-fi
+done
 cd "$(dirname "$0")/.."
 PY=${1:-.venv/bin/python}
 retry="scripts/build-horovod.sh $PY"
+[[ $mpi == 0 ]] || retry="scripts/build-horovod.sh --mpi $PY"
 
 fail() {
   echo "" >&2
@@ -57,7 +67,14 @@ tf_version=$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorfl
   2>/dev/null) || fail "TensorFlow is not installed in $PY's environment." \
   "install the kit first (make install)"
 py_tag=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-key="horovod-${HOROVOD_VERSION}_tf-${tf_version}_${py_tag}_$(uname -m)_gloo"
+if [[ $mpi == 1 ]]; then
+  transports=gloo-mpi
+  mpi_env=HOROVOD_WITH_MPI=1
+else
+  transports=gloo
+  mpi_env=HOROVOD_WITHOUT_MPI=1
+fi
+key="horovod-${HOROVOD_VERSION}_tf-${tf_version}_${py_tag}_$(uname -m)_${transports}"
 cache="${DDLKIT_HOME:-$HOME/.cache/ddlkit}/wheels/$key"
 venv=$(dirname "$(dirname "$PY")")
 stamp="$venv/.horovod-$key"
@@ -76,6 +93,10 @@ if [[ -z "$wheel" ]]; then
     command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (needed to build)." \
       "run scripts/system-packages.sh (it installs cmake and g++ from system-packages.txt)"
   done
+  if [[ $mpi == 1 ]] && ! command -v mpicxx >/dev/null 2>&1; then
+    fail "--mpi needs MPI's compiler wrapper mpicxx, which is not installed." \
+      "install OpenMPI (as root: apt-get install openmpi-bin libopenmpi-dev)"
+  fi
   echo "Horovod $HOROVOD_VERSION: building a wheel against TensorFlow $tf_version" \
     "(a few minutes; log: $log)..."
   work=$(mktemp -d)
@@ -98,7 +119,7 @@ if [[ -z "$wheel" ]]; then
   start=$(date +%s)
   # Horovod's setup.py runs make -j8 unless MAKEFLAGS is set: one job per core keeps
   # the compiler's memory in check on a small machine.
-  if ! env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+  if ! env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "$mpi_env" \
     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="${MAKEFLAGS:--j$(nproc)}" \
     "$PY" -m pip wheel -v --no-build-isolation --no-deps -w "$work/dist" "$src" >>"$log" 2>&1; then
     fail "the build failed (full log: $log)." \
@@ -117,11 +138,13 @@ echo "Horovod $HOROVOD_VERSION: installing $wheel"
   fail "pip could not install the cached wheel $wheel." \
     "delete $cache to build it again"
 # The library must load against this TensorFlow (catches an ABI mismatch now, not in a
-# notebook): one process, Gloo, world size 1.
-if ! "$PY" -c "import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# notebook): one process, Gloo, world size 1 (and MPI compiled in, with --mpi).
+if ! HOROVOD_CONTROLLER=gloo HOROVOD_CPU_OPERATIONS=gloo "$PY" -c "import os
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import horovod.tensorflow as hvd
 hvd.init()
-assert hvd.size() == 1 and hvd.gloo_built(), (hvd.size(), hvd.gloo_built())" >>"$log" 2>&1; then
+assert hvd.size() == 1 and hvd.gloo_built(), (hvd.size(), hvd.gloo_built())
+assert hvd.mpi_built() == bool($mpi), ('mpi_built', hvd.mpi_built())" >>"$log" 2>&1; then
   "$PY" -m pip uninstall -q -y horovod >/dev/null 2>&1 || true
   fail "the installed Horovod does not load with TensorFlow $tf_version (log: $log)." \
     "delete $cache to build it again"

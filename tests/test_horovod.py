@@ -50,10 +50,11 @@ def _horovodrun(
     *args: str,
     env: dict | None = None,
     flags: tuple[str, ...] = (),
+    transport: str = "--gloo",
     timeout=240,
 ):
     return subprocess.run(
-        [horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", *flags, sys.executable]
+        [horovodrun, "-np", "2", "-H", "localhost:2", transport, *flags, sys.executable]
         + [str(script), *args],
         capture_output=True,
         text=True,
@@ -64,11 +65,11 @@ def _horovodrun(
 
 
 _ALLREDUCE = """
-    import json, sys
+    import json, os, sys
     import ddlkit.horovod as dkh
     import tensorflow as tf
     hvd = dkh.init()
-    out = {"rank": hvd.rank(), "size": hvd.size()}
+    out = {"rank": hvd.rank(), "size": hvd.size(), "worker": os.environ["DDLKIT_WORKER"]}
     for dtype in (tf.float32, tf.float64, tf.int32):
         for n in (1, 1000, 100000):
             x = tf.fill([n], tf.cast(hvd.rank() + 1, dtype))
@@ -77,6 +78,7 @@ _ALLREDUCE = """
     out["avg"] = float(hvd.allreduce(tf.constant(float(hvd.rank() * 10)), op=hvd.Average))
     out["gather"] = hvd.allgather(tf.constant([hvd.rank()])).numpy().tolist()
     out["bcast"] = float(hvd.broadcast(tf.constant(float(hvd.rank() + 7)), root_rank=1))
+    out["mpi"] = bool(hvd.mpi_enabled())
     with open(sys.argv[1] + f"/rank-{hvd.rank()}.json", "w") as f:
         json.dump(out, f)
 """
@@ -97,6 +99,8 @@ def test_two_ranks_allreduce_gives_the_right_sums_and_a_timeline(horovodrun, tmp
         assert out["avg"] == 5.0  # (0 + 10) / 2
         assert out["gather"] == [0, 1]
         assert out["bcast"] == 8.0  # rank 1's value
+        assert out["mpi"] is False  # Gloo did the work
+        assert out["worker"] == f"rank-{rank}"  # dkh.init named the rank
     spans = dkh.load_timeline(timeline)
     assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"} <= set(spans.activities), spans.activities
     assert spans.totals()["ALLREDUCE"][0] >= 9  # the nine sums, at least
@@ -306,3 +310,25 @@ def test_a_hand_typed_horovodrun_streams_every_rank_to_the_notebook(horovodrun, 
     assert all(w.records >= 6 and w.gaps == 0 for w in stats.workers.values()), stats
     assert sorted(sh.results()) == ["rank-0", "rank-1"]
     assert "ALLREDUCE" in dkh.load_timeline(sh.timeline).activities
+
+
+def _mpi_built() -> bool:
+    probe = "import horovod.tensorflow as hvd; print(hvd.mpi_built())"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    return out.stdout.strip().endswith("True")
+
+
+def test_horovodrun_mpi_when_horovod_is_built_with_mpi(horovodrun, tmp_path):
+    if not _mpi_built():
+        pytest.skip(
+            "this Horovod was built without MPI (the default). To run this test: install "
+            "openmpi-bin and libopenmpi-dev, then scripts/build-horovod.sh --mpi"
+        )
+    script = _write(tmp_path, "allreduce.py", _ALLREDUCE)
+    proc = _horovodrun(horovodrun, script, str(tmp_path), transport="--mpi")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rank in (0, 1):
+        out = json.loads((tmp_path / f"rank-{rank}.json").read_text())
+        assert out["rank"] == rank and out["mpi"] is True, out
+        assert out["worker"] == f"rank-{rank}"  # named from OpenMPI's rank variable
+        assert all(v == [3] for k, v in out.items() if k.startswith("sum-"))

@@ -23,6 +23,7 @@ def test_rank_env_names_the_rank_from_horovod_rank():
     }
     assert dkh.rank_env({"DDLKIT_WORKER": "worker-0"}) == {}
     assert dkh.rank_of({}) is None
+    assert dkh.rank_of({"OMPI_COMM_WORLD_RANK": "3"}) == 3  # horovodrun --mpi (OpenMPI)
 
 
 def test_a_bad_horovod_rank_is_one_clear_error():

@@ -1,7 +1,8 @@
 """Per-rank set-up for processes started by ``horovodrun`` (standard library only).
 
 ``horovodrun`` gives every rank the launcher's environment plus ``HOROVOD_RANK``
-and friends, so two things a ddlkit worker needs are not there by themselves:
+and friends (``OMPI_COMM_WORLD_RANK`` under ``--mpi``), so two things a ddlkit
+worker needs are not there by themselves:
 
 - its own name: ``DDLKIT_WORKER`` names the launcher (``horovodrun``) in every rank,
   so :func:`rank_env` gives ``rank-<HOROVOD_RANK>``, the name the metrics files, the
@@ -29,7 +30,8 @@ from pathlib import Path
 from ddlkit.errors import ConfigError
 
 RANK_VAR = "HOROVOD_RANK"
-SIZE_VAR = "HOROVOD_SIZE"
+# horovodrun --gloo sets HOROVOD_RANK; under horovodrun --mpi the MPI launcher sets its own.
+RANK_VARS = (RANK_VAR, "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 WORKER_VAR = "DDLKIT_WORKER"
 LAUNCHER_NAME = "horovodrun"
 WATCH_INTERVAL = 0.5
@@ -37,14 +39,18 @@ _PR_SET_PDEATHSIG = 1
 
 
 def rank_of(environ: Mapping[str, str] | None = None) -> int | None:
-    """This process's Horovod rank from ``HOROVOD_RANK``; None when not started by horovodrun."""
+    """This process's rank: ``HOROVOD_RANK`` (Gloo), else OpenMPI's or MPICH's rank variable.
+
+    None when no launcher set one (not started by horovodrun).
+    """
     env = os.environ if environ is None else environ
-    value = env.get(RANK_VAR)
-    if value is None:
+    var = next((v for v in RANK_VARS if v in env), None)
+    if var is None:
         return None
+    value = env[var]
     if not value.isdigit():
         raise ConfigError(
-            f"{RANK_VAR}={value!r} is not a rank. Fix: start ranks with horovodrun, which "
+            f"{var}={value!r} is not a rank. Fix: start ranks with horovodrun, which "
             f"sets it to 0, 1, ...; do not set it by hand."
         )
     return int(value)
