@@ -22,6 +22,7 @@ _SUBMODULES = {
     "env",
     "errors",
     "faults",
+    "horovod",
     "launch",
     "metrics",
     "mirrored",

@@ -160,7 +160,8 @@ def check(*, horovod: bool = True, data: bool = True) -> EnvReport:
                     "Horovod",
                     f"not usable: {hv['error']}",
                     ok=False,
-                    fix="only the Horovod notebook needs it; see README, section Horovod",
+                    fix="only Horovod runs need it: scripts/build-horovod.sh .venv/bin/python "
+                    "(make lab does it; README, section Horovod)",
                     optional=True,
                 )
             )

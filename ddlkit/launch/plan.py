@@ -196,7 +196,8 @@ def plan(
         if horovodrun is None:
             raise ConfigError(
                 "horovodrun was not found on PATH, so the horovod strategy cannot start. "
-                "Fix: install Horovod into this environment (see README, section Horovod)."
+                "Fix: build and install it with scripts/build-horovod.sh .venv/bin/python "
+                "(make lab does it; README, section Horovod)."
             )
         devices = dev.Devices(None, None, None)
         workers = [

@@ -204,6 +204,9 @@ def start(
 
 def _progress(collector: Collector):
     def step(worker: str) -> int | None:
+        if worker == "horovodrun":  # one process for all ranks: the slowest rank's step
+            steps = [collector.latest(w) for w in collector.workers() if w.startswith("rank-")]
+            return min((r.step for r in steps if r is not None), default=None)
         record = collector.latest(worker)
         return None if record is None else record.step
 
