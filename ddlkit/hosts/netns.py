@@ -1,0 +1,216 @@
+"""Hosts on one machine: Linux network namespaces joined by a bridge (needs root and iproute2).
+
+Each host is a namespace with its own address on ``10.213.<subnet>.0/24``; a bridge in the
+launching namespace (address ``.254``) joins them, so the launching machine reaches every
+host and the hosts reach each other. Processes inside a namespace share the filesystem, so
+one venv serves all hosts. The commands are built first as plain argv lists
+(`create_commands`, `destroy_commands`, `cut_link_commands`) and run in one place (`_run`).
+
+    with namespaced_hosts(2) as hosts:
+        hosts[0].address   # '10.213.7.1'
+        hosts[0].exec_argv(["python3", "-c", "print(1)"])  # argv that runs inside the host
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ddlkit.errors import ConfigError, MissingSystemPackageError
+
+PREFIX = "10.213"
+MAX_HOSTS = 200
+
+
+@dataclass(frozen=True)
+class NetnsHost:
+    """One namespaced host: its namespace, its address and the two ends of its veth pair."""
+
+    name: str  # the namespace name (``ip netns``)
+    address: str
+    inner: str  # veth end inside the namespace
+    outer: str  # veth end on the bridge, in the launching namespace
+
+    def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` inside this host's namespace."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+
+@dataclass(frozen=True)
+class NetnsPlan:
+    """N hosts on one subnet, joined by one bridge whose address is the launcher's."""
+
+    tag: str
+    subnet: int
+    bridge: str
+    hosts: tuple[NetnsHost, ...]
+
+    @property
+    def gateway(self) -> str:
+        """The launching namespace's address on the hosts' subnet."""
+        return f"{PREFIX}.{self.subnet}.254"
+
+
+def plan(n: int, *, subnet: int, tag: str) -> NetnsPlan:
+    """Names and addresses for ``n`` hosts; ``tag`` (<= 6 letters/digits) keeps runs apart."""
+    if not 1 <= n <= MAX_HOSTS:
+        raise ConfigError(f"namespaced hosts: n={n}; use 1 to {MAX_HOSTS} hosts")
+    if not 0 <= subnet <= 255:
+        raise ConfigError(f"namespaced hosts: subnet={subnet}; use 0 to 255 (10.213.<subnet>.x)")
+    if not (tag.isascii() and tag.isalnum() and 1 <= len(tag) <= 6):
+        raise ConfigError(f"namespaced hosts: tag={tag!r}; use 1-6 ASCII letters or digits")
+    hosts = tuple(
+        NetnsHost(
+            name=f"ddlk{tag}h{i}",
+            address=f"{PREFIX}.{subnet}.{i + 1}",
+            inner=f"dk{tag}i{i}",
+            outer=f"dk{tag}o{i}",
+        )
+        for i in range(n)
+    )
+    return NetnsPlan(tag=tag, subnet=subnet, bridge=f"dk{tag}br", hosts=hosts)
+
+
+def create_commands(p: NetnsPlan) -> list[list[str]]:
+    """The ``ip`` commands that make the bridge and every host, in order."""
+    cmds = [
+        ["ip", "link", "add", p.bridge, "type", "bridge"],
+        ["ip", "addr", "add", f"{p.gateway}/24", "dev", p.bridge],
+        ["ip", "link", "set", p.bridge, "up"],
+    ]
+    for h in p.hosts:
+        cmds += [
+            ["ip", "netns", "add", h.name],
+            ["ip", "link", "add", h.outer, "type", "veth", "peer", "name", h.inner],
+            ["ip", "link", "set", h.inner, "netns", h.name],
+            ["ip", "link", "set", h.outer, "master", p.bridge],
+            ["ip", "link", "set", h.outer, "up"],
+            ["ip", "-n", h.name, "link", "set", "lo", "up"],
+            ["ip", "-n", h.name, "addr", "add", f"{h.address}/24", "dev", h.inner],
+            ["ip", "-n", h.name, "link", "set", h.inner, "up"],
+        ]
+    return cmds
+
+
+def destroy_commands(p: NetnsPlan) -> list[list[str]]:
+    """Delete every namespace (its veth pair goes with it), then the bridge."""
+    return [["ip", "netns", "del", h.name] for h in p.hosts] + [["ip", "link", "del", p.bridge]]
+
+
+def cut_link_commands(host: NetnsHost) -> list[list[str]]:
+    """Take the host's link down, as a pulled cable would."""
+    return [["ip", "-n", host.name, "link", "set", host.inner, "down"]]
+
+
+def restore_link_commands(host: NetnsHost) -> list[list[str]]:
+    return [["ip", "-n", host.name, "link", "set", host.inner, "up"]]
+
+
+def _run(cmd: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
+    """The one place the ``ip`` commands run."""
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise ConfigError(
+            f"namespaced hosts: {' '.join(cmd)} failed ({done.returncode}): "
+            f"{done.stderr.strip()}; fix: run as root on Linux with iproute2 installed"
+        )
+    return done
+
+
+def unavailable() -> str:
+    """Why namespaced hosts cannot be made here ('' when they can)."""
+    if os.geteuid() != 0:
+        return "namespaced hosts need root (ip netns add)"
+    if shutil.which("ip") is None:
+        return "namespaced hosts need `ip`: apt-get install iproute2"
+    if not os.path.isdir("/proc/sys/net") or not os.path.exists("/var/run") or os.name != "posix":
+        return "namespaced hosts need Linux"
+    return ""
+
+
+def existing() -> list[str]:
+    """Names of the namespaces that exist now."""
+    out = _run(["ip", "netns", "list"]).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def pids_in(host: NetnsHost) -> list[int]:
+    """Processes running inside the host's namespace."""
+    done = _run(["ip", "netns", "pids", host.name], check=False)
+    return [int(x) for x in done.stdout.split()] if done.returncode == 0 else []
+
+
+def _free_subnet() -> int:
+    used = _run(["ip", "-o", "-4", "addr"]).stdout
+    for k in range(1, 256):
+        if f" {PREFIX}.{k}." not in used:
+            return k
+    raise ConfigError("namespaced hosts: every 10.213.x.0/24 subnet is in use; delete old ones")
+
+
+def cut_link(host: NetnsHost) -> None:
+    """Take ``host``'s network link down (its processes keep running, unreachable)."""
+    for cmd in cut_link_commands(host):
+        _run(cmd)
+
+
+def restore_link(host: NetnsHost) -> None:
+    for cmd in restore_link_commands(host):
+        _run(cmd)
+
+
+def _stop_processes(hosts: Sequence[NetnsHost], grace: float = 5.0) -> None:
+    """SIGTERM whatever still runs inside the hosts, then SIGKILL what outlives ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [pid for h in hosts for pid in pids_in(h)]
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [pid for h in hosts for pid in pids_in(h)]
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
+def destroy(p: NetnsPlan) -> None:
+    """Stop everything inside the hosts and delete them; a missing piece is not an error."""
+    _stop_processes(p.hosts)
+    for cmd in destroy_commands(p):
+        _run(cmd, check=False)
+
+
+@contextmanager
+def namespaced_hosts(
+    n: int, *, subnet: int | None = None, tag: str | None = None
+) -> Iterator[tuple[NetnsHost, ...]]:
+    """Make ``n`` namespaced hosts; on exit (also on error) stop their processes and delete them."""
+    why = unavailable()
+    if why:
+        raise MissingSystemPackageError(why)
+    p = plan(
+        n,
+        subnet=_free_subnet() if subnet is None else subnet,
+        tag=tag or format(os.getpid() % 36**5, "x")[-5:],
+    )
+    clash = set(existing()) & {h.name for h in p.hosts}
+    if clash:
+        raise ConfigError(
+            f"namespaced hosts: {sorted(clash)} already exist; "
+            f"fix: `ip netns del NAME` or pass another tag"
+        )
+    try:
+        for cmd in create_commands(p):
+            _run(cmd)
+        yield p.hosts
+    finally:
+        destroy(p)

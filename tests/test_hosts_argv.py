@@ -1,0 +1,98 @@
+"""Pure tests of the multi-host argv builders: no processes, no root."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ddlkit.errors import ConfigError
+from ddlkit.hosts import netns, sshd
+from ddlkit.hosts.ssh import SshOptions, ssh_argv
+
+
+def test_ssh_argv_is_batch_mode_with_bounded_connect_and_quoted_argv():
+    opts = SshOptions(identity="/k/id", known_hosts="/k/known", user="ann", connect_timeout=3)
+    argv = ssh_argv("10.213.0.1", ["python", "-c", "print(1)", "a b", "$HOME;rm -rf /"], opts)
+    assert argv[0] == "ssh"
+    pairs = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"}
+    assert {"BatchMode=yes", "ConnectTimeout=3", "StrictHostKeyChecking=yes"} <= pairs
+    assert {"UserKnownHostsFile=/k/known", "IdentitiesOnly=yes"} <= pairs
+    assert argv[argv.index("-i") + 1] == "/k/id"
+    assert argv[argv.index("-l") + 1] == "ann"
+    # the host follows "--", the remote command is one word the remote shell splits back
+    assert argv[-3:-1] == ["--", "10.213.0.1"]
+    assert shlex.split(argv[-1]) == ["python", "-c", "print(1)", "a b", "$HOME;rm -rf /"]
+
+
+def test_ssh_argv_defaults_leave_openssh_defaults_and_accept_new_when_not_strict():
+    argv = ssh_argv("h1", ["true"], SshOptions(strict=False))
+    assert "-i" not in argv and "-l" not in argv and "-F" not in argv
+    assert "StrictHostKeyChecking=accept-new" in argv
+    assert not any(a.startswith("UserKnownHostsFile") for a in argv)
+
+
+@pytest.mark.parametrize("host", ["", "-oProxyCommand=x", "a b", "root@h"])
+def test_ssh_argv_refuses_hosts_ssh_could_misread(host):
+    with pytest.raises(ConfigError, match="host"):
+        ssh_argv(host, ["true"])
+
+
+def test_ssh_argv_refuses_empty_command_and_bad_options():
+    with pytest.raises(ConfigError, match="empty command"):
+        ssh_argv("h", [])
+    with pytest.raises(ConfigError, match="port=0"):
+        SshOptions(port=0)
+    with pytest.raises(ConfigError, match="connect_timeout=0"):
+        SshOptions(connect_timeout=0)
+
+
+def test_netns_plan_names_addresses_and_commands():
+    p = netns.plan(2, subnet=7, tag="ab1")
+    assert [h.address for h in p.hosts] == ["10.213.7.1", "10.213.7.2"]
+    assert p.gateway == "10.213.7.254"
+    names = [h.name for h in p.hosts] + [p.bridge] + [h.inner for h in p.hosts]
+    assert len(set(names)) == len(names)
+    assert all(len(n) <= 15 for n in names)  # Linux interface-name limit
+    cmds = netns.create_commands(p)
+    assert all(isinstance(c, list) and c[0] == "ip" for c in cmds)
+    assert ["ip", "netns", "add", "ddlkab1h1"] in cmds
+    assert ["ip", "-n", "ddlkab1h0", "addr", "add", "10.213.7.1/24", "dev", "dkab1i0"] in cmds
+    assert ["ip", "-n", "ddlkab1h0", "link", "set", "lo", "up"] in cmds
+    assert netns.destroy_commands(p)[-1] == ["ip", "link", "del", "dkab1br"]
+    assert netns.cut_link_commands(p.hosts[1]) == [
+        ["ip", "-n", "ddlkab1h1", "link", "set", "dkab1i1", "down"]
+    ]
+    assert p.hosts[0].exec_argv(["true"]) == ["ip", "netns", "exec", "ddlkab1h0", "true"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n": 0, "subnet": 1, "tag": "a"}, "n=0"),
+        ({"n": 2, "subnet": 256, "tag": "a"}, "subnet=256"),
+        ({"n": 2, "subnet": 1, "tag": "a-b"}, "tag="),
+        ({"n": 2, "subnet": 1, "tag": "toolong7"}, "tag="),
+    ],
+)
+def test_netns_plan_refuses_bad_values(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        netns.plan(**kwargs)
+
+
+def test_sshd_config_is_key_only_on_the_host_address(tmp_path: Path):
+    keys = sshd.SshdKeys(tmp_path / "hk", tmp_path / "ck", tmp_path / "ak")
+    text = sshd.sshd_config("10.213.7.2", 2222, keys, tmp_path / "pid")
+    lines = set(text.splitlines())
+    assert {"ListenAddress 10.213.7.2", "Port 2222", "PasswordAuthentication no"} <= lines
+    assert {f"HostKey {tmp_path / 'hk'}", f"AuthorizedKeysFile {tmp_path / 'ak'}"} <= lines
+    assert f"PidFile {tmp_path / 'pid'}" in lines
+    assert "KbdInteractiveAuthentication no" in lines
+    host = netns.plan(1, subnet=7, tag="x").hosts[0]
+    argv = sshd.sshd_argv(host, tmp_path / "cfg", tmp_path / "log")
+    assert argv[:4] == ["ip", "netns", "exec", host.name]
+    assert argv[4] == "/usr/sbin/sshd" and "-D" in argv
+    assert sshd.keygen_argv("/d/k", "c") == [
+        "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "c", "-f", "/d/k"
+    ]  # fmt: skip
