@@ -9,10 +9,15 @@
 from __future__ import annotations
 
 from ddlkit.hosts.netns import NetnsHost, cut_link, namespaced_hosts, restore_link
+from ddlkit.hosts.preflight import HostCheck, HostError, Preflight, check_hosts
 from ddlkit.hosts.ssh import SshOptions, ssh_argv
 from ddlkit.hosts.sshd import SshdCluster, running_sshd
 
 __all__ = [
+    "HostCheck",
+    "HostError",
+    "Preflight",
+    "check_hosts",
     "NetnsHost",
     "SshOptions",
     "SshdCluster",

@@ -13,6 +13,7 @@ one venv serves all hosts. The commands are built first as plain argv lists
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -99,8 +100,14 @@ def create_commands(p: NetnsPlan) -> list[list[str]]:
 
 
 def destroy_commands(p: NetnsPlan) -> list[list[str]]:
-    """Delete every namespace (its veth pair goes with it), then the bridge."""
-    return [["ip", "netns", "del", h.name] for h in p.hosts] + [["ip", "link", "del", p.bridge]]
+    """Delete each veth pair, each namespace, then the bridge.
+
+    The veth pair is deleted explicitly: a namespace outlives ``ip netns del`` while the kernel
+    still holds a socket of it (a TCP connection whose link was cut), and its veth with it.
+    """
+    cmds = [["ip", "link", "del", h.outer] for h in p.hosts]
+    cmds += [["ip", "netns", "del", h.name] for h in p.hosts]
+    return cmds + [["ip", "link", "del", p.bridge]]
 
 
 def cut_link_commands(host: NetnsHost) -> list[list[str]]:
@@ -154,6 +161,18 @@ def _free_subnet() -> int:
     raise ConfigError("namespaced hosts: every 10.213.x.0/24 subnet is in use; delete old ones")
 
 
+_calls = itertools.count()
+
+
+def _fresh_tag() -> str:
+    """A tag no namespace uses yet: this process's id and a per-call counter, in hex."""
+    taken = "".join(existing())
+    while True:
+        tag = format((os.getpid() * 64 + next(_calls)) % 16**6, "x")
+        if f"ddlk{tag}h" not in taken:
+            return tag
+
+
 def cut_link(host: NetnsHost) -> None:
     """Take ``host``'s network link down (its processes keep running, unreachable)."""
     for cmd in cut_link_commands(host):
@@ -200,7 +219,7 @@ def namespaced_hosts(
     p = plan(
         n,
         subnet=_free_subnet() if subnet is None else subnet,
-        tag=tag or format(os.getpid() % 36**5, "x")[-5:],
+        tag=tag or _fresh_tag(),
     )
     clash = set(existing()) & {h.name for h in p.hosts}
     if clash:

@@ -1,0 +1,260 @@
+"""Preflight: can every host run a ddlkit job? One SSH round trip per host, in parallel.
+
+For each host: reachable over SSH within a bounded time, the remote Python's version,
+TensorFlow's and Horovod's versions (read from package metadata, nothing imported), and
+which of the asked-for ports are free. `check_hosts` returns a `Preflight` table (one
+`HostCheck` row per host; shown as a table in a notebook); a failed row names the host,
+the problem and the fix. `Preflight.raise_for_failures()` turns failures into one `HostError`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ddlkit._tables import html_table, text_table
+from ddlkit.errors import ConfigError, DdlkitError
+from ddlkit.hosts.ssh import SshOptions, check_host, ssh_argv
+
+PROBE = """\
+import json, platform, socket, sys
+from importlib import metadata
+
+def version(*names):
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return None
+
+free, busy = [], []
+for port in map(int, sys.argv[1:]):
+    s = socket.socket()
+    try:
+        s.bind(("", port))
+        free.append(port)
+    except OSError:
+        busy.append(port)
+    finally:
+        s.close()
+print(json.dumps({
+    "python": platform.python_version(),
+    "tensorflow": version("tensorflow", "tensorflow-cpu", "tf-nightly"),
+    "horovod": version("horovod"),
+    "free_ports": free,
+    "busy_ports": busy,
+}))
+"""
+
+ENV_FIX = "install the kit's venv at the same path on every host (as horovodrun expects)"
+
+
+class HostError(DdlkitError):
+    """One or more hosts cannot run a job; ``hosts`` names them, the message says why and how."""
+
+    def __init__(self, message: str, *, hosts: Sequence[str]) -> None:
+        super().__init__(message)
+        self.hosts = tuple(hosts)
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """What one host answered; ``problem``/``fix`` are '' when it can run a job."""
+
+    host: str
+    reachable: bool
+    python: str | None = None
+    tensorflow: str | None = None
+    horovod: str | None = None
+    free_ports: tuple[int, ...] = ()
+    busy_ports: tuple[int, ...] = ()
+    problem: str = ""
+    fix: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def classify_ssh_failure(host: str, returncode: int, stderr: str, python: str) -> tuple[str, str]:
+    """(problem, fix) for an ssh run that did not print the probe's answer."""
+    err = stderr.strip()
+    last = err.splitlines()[-1] if err else f"exit status {returncode}"
+    if returncode == 255:  # ssh itself failed
+        if "Permission denied" in err:
+            return (
+                f"SSH authentication failed on {host}: {last}",
+                f"put your public key in {host}:~/.ssh/authorized_keys (ssh-copy-id {host}) "
+                f"or pass SshOptions(identity=...) with the right key",
+            )
+        if "Host key verification failed" in err or "host key" in err.lower():
+            return (
+                f"{host}'s host key is unknown or changed: {last}",
+                f"check the key, then add it: ssh-keyscan {host} >> ~/.ssh/known_hosts",
+            )
+        if "Could not resolve hostname" in err:
+            return (f"{host} has no address: {last}", "check the host name or use its address")
+        return (
+            f"{host} is unreachable over SSH: {last}",
+            f"check that {host} is up, its network link works and sshd listens on its port",
+        )
+    if returncode == 127 or "No such file or directory" in err or "not found" in err:
+        return (
+            f"no Python at {python} on {host}: {last}",
+            f"{ENV_FIX}, or pass python= the path of the kit's Python there",
+        )
+    return (f"the probe failed on {host} (exit {returncode}): {last}", ENV_FIX)
+
+
+def probe_argv(python: str, ports: Sequence[int]) -> list[str]:
+    """The remote command: the kit's Python runs `PROBE` with the ports to try."""
+    return [python, "-c", PROBE, *(str(p) for p in ports)]
+
+
+def _row_from_answer(host: str, answer: dict, python: str, seconds: float) -> HostCheck:
+    busy = tuple(answer["busy_ports"])
+    problem = fix = ""
+    if answer["tensorflow"] is None:
+        problem = f"TensorFlow is not installed for {python} on {host}"
+        fix = ENV_FIX
+    elif busy:
+        problem = f"port(s) {', '.join(map(str, busy))} already in use on {host}"
+        fix = f"stop what listens on them on {host}, or choose other ports"
+    return HostCheck(
+        host=host,
+        reachable=True,
+        python=answer["python"],
+        tensorflow=answer["tensorflow"],
+        horovod=answer["horovod"],
+        free_ports=tuple(answer["free_ports"]),
+        busy_ports=busy,
+        problem=problem,
+        fix=fix,
+        seconds=seconds,
+    )
+
+
+def check_host_once(
+    host: str, options: SshOptions, python: str, ports: Sequence[int], timeout: float
+) -> HostCheck:
+    """One host's row: run the probe over SSH, give up after ``timeout`` seconds."""
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            ssh_argv(host, probe_argv(python, ports), options),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:  # subprocess.run has killed ssh
+        return HostCheck(
+            host=host,
+            reachable=False,
+            problem=f"{host} did not answer over SSH within {timeout:.0f} s",
+            fix=f"check that {host} is up and its network link works",
+            seconds=time.monotonic() - start,
+        )
+    seconds = time.monotonic() - start
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            return _row_from_answer(host, json.loads(lines[-1]), python, seconds)
+        except (ValueError, KeyError, TypeError):
+            pass
+    problem, fix = classify_ssh_failure(host, done.returncode, done.stderr, python)
+    return HostCheck(
+        host=host,
+        reachable=done.returncode != 255,
+        problem=problem,
+        fix=fix,
+        seconds=seconds,
+    )
+
+
+HEADERS = ("host", "ok", "python", "tensorflow", "horovod", "free ports", "problem", "fix")
+
+
+@dataclass(frozen=True, repr=False)
+class Preflight:
+    """One `HostCheck` per host, in the order the hosts were given."""
+
+    rows: tuple[HostCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.rows)
+
+    @property
+    def failures(self) -> tuple[HostCheck, ...]:
+        return tuple(r for r in self.rows if not r.ok)
+
+    def __getitem__(self, host: str) -> HostCheck:
+        for r in self.rows:
+            if r.host == host:
+                return r
+        raise KeyError(host)
+
+    def _cells(self) -> list[list[object]]:
+        return [
+            [
+                r.host,
+                "yes" if r.ok else "NO",
+                r.python,
+                r.tensorflow,
+                r.horovod or ("missing" if r.reachable and r.python else None),
+                " ".join(map(str, r.free_ports)) or None,
+                r.problem or None,
+                r.fix or None,
+            ]
+            for r in self.rows
+        ]
+
+    def __str__(self) -> str:
+        return text_table(HEADERS, self._cells(), "preflight", rule=True)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        return html_table(HEADERS, self._cells(), "preflight")
+
+    def raise_for_failures(self) -> None:
+        """Raise one `HostError` naming every failed host, its problem and its fix."""
+        bad = self.failures
+        if bad:
+            raise HostError(
+                "; ".join(f"{r.problem} (fix: {r.fix})" for r in bad),
+                hosts=[r.host for r in bad],
+            )
+
+
+def check_hosts(
+    hosts: Sequence[str],
+    options: SshOptions | None = None,
+    *,
+    python: str = sys.executable,
+    ports: Sequence[int] = (),
+    timeout: float | None = None,
+) -> Preflight:
+    """Probe every host in parallel; each gets ``timeout`` s (default: connect time + 30 s)."""
+    if not hosts:
+        raise ConfigError("preflight: no hosts; give a list such as ['10.213.0.1', ...]")
+    for h in hosts:
+        check_host(h)
+    if len(set(hosts)) != len(hosts):
+        raise ConfigError(f"preflight: a host is listed twice in {list(hosts)}; list each once")
+    for p in ports:
+        if not 1 <= int(p) <= 65535:
+            raise ConfigError(f"preflight: port {p}; use 1 to 65535")
+    options = options or SshOptions()
+    limit = options.connect_timeout + 30.0 if timeout is None else timeout
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        rows = pool.map(lambda h: check_host_once(h, options, python, ports, limit), hosts)
+        return Preflight(tuple(rows))

@@ -1,0 +1,185 @@
+"""Multi-host tier: two namespaced hosts on this machine, each running sshd with test keys.
+
+Needs root, iproute2 (`ip`) and openssh-server/-client; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+import pytest
+from procutil import alive, wait_until
+
+from ddlkit.errors import ConfigError
+from ddlkit.hosts import netns, sshd
+from ddlkit.hosts.preflight import HostError, check_hosts
+from ddlkit.hosts.ssh import ssh_argv
+
+_WHY = netns.unavailable() or sshd.unavailable()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
+
+NS_PROBE = "import os, sys; print(os.readlink('/proc/self/ns/net'), sys.argv[1:])"
+
+
+def _links() -> str:
+    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with (
+        netns.namespaced_hosts(2) as hosts,
+        sshd.running_sshd(hosts, tmp_path_factory.mktemp("sshd")) as c,
+    ):
+        yield c
+    # also after a cut link (an orphaned TCP socket keeps a namespace alive): nothing is left
+    assert not {h.name for h in hosts} & set(netns.existing())
+    assert not any(h.outer in _links() for h in hosts)
+    assert not any(alive(p) for p in c.pids)
+
+
+def _ssh(c, host, argv, timeout=60, **opts):
+    options = dataclasses.replace(c.options, **opts)
+    return subprocess.run(
+        ssh_argv(host, argv, options),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_ssh_runs_argv_inside_each_host(cluster):
+    mine = os.readlink("/proc/self/ns/net")
+    seen = set()
+    for host, pid in zip(cluster.hosts, cluster.pids, strict=True):
+        done = _ssh(cluster, host.address, [sys.executable, "-c", NS_PROBE, "a b", "$HOME;x"])
+        assert done.returncode == 0, done.stderr
+        ns, args = done.stdout.strip().split(" ", 1)
+        assert ns == os.readlink(f"/proc/{pid}/ns/net") != mine  # ran in that host's namespace
+        assert args == "['a b', '$HOME;x']"  # arguments arrive as given, unexpanded
+        seen.add(ns)
+    assert len(seen) == 2
+
+
+def test_preflight_reports_both_hosts_ok(cluster):
+    report = check_hosts(cluster.addresses, cluster.options, ports=[29500, 29501])
+    assert report.ok, str(report)
+    for row in report.rows:
+        assert row.python == platform.python_version()
+        assert row.tensorflow == metadata.version("tensorflow")
+        assert row.free_ports == (29500, 29501) and row.busy_ports == ()
+    html = report._repr_html_()
+    assert all(a in html for a in cluster.addresses) and "<table>" in html
+    report.raise_for_failures()  # nothing to raise
+
+
+def test_preflight_names_a_busy_port_and_its_host(cluster):
+    # sshd listens on port 22 of each host's address: binding it is refused there
+    report = check_hosts(cluster.addresses[:1], cluster.options, ports=[22, 29500])
+    row = report.rows[0]
+    assert not report.ok and row.reachable
+    assert row.busy_ports == (22,) and row.free_ports == (29500,)
+    assert "22" in row.problem and cluster.addresses[0] in row.problem
+
+
+def test_auth_failure_names_host_and_fix(cluster, tmp_path):
+    wrong = tmp_path / "wrong_key"
+    subprocess.run(sshd.keygen_argv(wrong, "wrong"), check=True, capture_output=True)
+    options = dataclasses.replace(cluster.options, identity=str(wrong))
+    start = time.monotonic()
+    report = check_hosts(cluster.addresses, options)
+    assert time.monotonic() - start < 60
+    for row, address in zip(report.rows, cluster.addresses, strict=True):
+        assert "authentication failed" in row.problem and address in row.problem
+        assert "identity" in row.fix
+    with pytest.raises(HostError) as info:
+        report.raise_for_failures()
+    assert info.value.hosts == tuple(cluster.addresses)
+
+
+def test_missing_environment_names_the_python_path(cluster):
+    report = check_hosts(cluster.addresses[:1], cluster.options, python="/nonexistent/bin/python")
+    row = report.rows[0]
+    assert not row.ok and row.reachable
+    assert "/nonexistent/bin/python" in row.problem and cluster.addresses[0] in row.problem
+    assert "venv" in row.fix
+
+
+def test_python_without_tensorflow_is_a_missing_environment(cluster, tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    report = check_hosts(cluster.addresses[:1], cluster.options, python=str(bare / "bin/python"))
+    row = report.rows[0]
+    assert row.python == platform.python_version() and row.tensorflow is None
+    assert "TensorFlow is not installed" in row.problem and cluster.addresses[0] in row.problem
+
+
+def test_unused_address_is_unreachable_within_bounded_time(cluster):
+    unused = cluster.addresses[0].rsplit(".", 1)[0] + ".99"
+    options = dataclasses.replace(cluster.options, connect_timeout=3)
+    start = time.monotonic()
+    report = check_hosts([unused], options)
+    assert time.monotonic() - start < 30
+    assert not report.rows[0].reachable and f"{unused} is unreachable" in report.rows[0].problem
+
+
+def test_refuses_bad_host_lists():
+    with pytest.raises(ConfigError, match="twice"):
+        check_hosts(["10.213.0.1", "10.213.0.1"])
+    with pytest.raises(ConfigError, match="not a host"):
+        check_hosts(["-oProxyCommand=x"])
+
+
+def test_cut_link_mid_run_ends_the_session_then_host_is_unreachable(cluster):
+    host = cluster.hosts[1]
+    options = dataclasses.replace(cluster.options, alive_interval=1, alive_count=3)
+    session = subprocess.Popen(
+        ssh_argv(host.address, [sys.executable, "-c", "import time; time.sleep(600)"], options),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_until(lambda: len(netns.pids_in(host)) > 1, timeout=30)  # sleeper started
+        netns.cut_link(host)
+        start = time.monotonic()
+        session.wait(timeout=60)  # ServerAlive ends it after ~3 s of silence
+        assert session.returncode == 255 and time.monotonic() - start < 60
+        report = check_hosts(
+            cluster.addresses, dataclasses.replace(cluster.options, connect_timeout=3)
+        )
+        ok, cut = report.rows
+        assert ok.ok and not cut.reachable and host.address in cut.problem
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+        netns.restore_link(host)
+
+
+def test_hosts_and_sshd_are_gone_after_exit_also_on_error(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        with (
+            netns.namespaced_hosts(1) as hosts,
+            sshd.running_sshd(hosts, tmp_path) as c,
+        ):
+            stray = subprocess.Popen(
+                hosts[0].exec_argv([sys.executable, "-c", "import time; time.sleep(600)"])
+            )
+            names = [h.name for h in hosts]
+            pids = [*c.pids, stray.pid]
+            assert wait_until(lambda: len(netns.pids_in(hosts[0])) >= 2, timeout=30)
+            inside = netns.pids_in(hosts[0])
+            raise RuntimeError("boom")
+    stray.wait(timeout=30)
+    assert not set(names) & set(netns.existing())
+    assert wait_until(lambda: not any(alive(p) for p in [*pids, *inside]), timeout=30)
+    assert f"dk{names[0][4:-2]}" not in _links()  # bridge and veth ends are gone
