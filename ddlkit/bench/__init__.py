@@ -1,0 +1,24 @@
+"""Strategy comparison benchmark: the same model, data and steps under every strategy.
+
+Modules: :mod:`.config` (the cases, pure), :mod:`.stats` (throughput, step time,
+median and spread, scaling efficiency; pure), :mod:`.run` (runs the cases through
+``dk.launch.start``, writes ``runs/<bench-id>/bench.json`` and ``bench.png``),
+:mod:`.report` (tables and the plot), :mod:`.cli` (``ddlkit bench``).
+"""
+
+from __future__ import annotations
+
+from ddlkit.bench.config import BENCH_STRATEGIES, BenchCase, plan_cases
+from ddlkit.bench.run import BenchResult, run_bench
+from ddlkit.bench.stats import Spread, scaling, summarize
+
+__all__ = [
+    "BENCH_STRATEGIES",
+    "BenchCase",
+    "BenchResult",
+    "Spread",
+    "plan_cases",
+    "run_bench",
+    "scaling",
+    "summarize",
+]

@@ -1,0 +1,72 @@
+"""``ddlkit bench``: compare the strategies on this machine (see ddlkit.bench.run).
+
+ddlkit bench --quick
+ddlkit bench --strategies single multi_worker --repeats 1 --steps 40
+python -m ddlkit.bench --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ddlkit.bench.config import BENCH_STRATEGIES, DATASETS, plan_cases
+
+
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``bench`` command to the ``ddlkit`` sub-parsers; returns its parser."""
+    p = subparsers.add_parser("bench", help="compare strategies: throughput, scaling")
+    fill_parser(p)
+    return p
+
+
+def fill_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="fewer steps and repeats (minutes)")
+    p.add_argument(
+        "--strategies", nargs="+", choices=BENCH_STRATEGIES, default=list(BENCH_STRATEGIES)
+    )
+    p.add_argument("--repeats", type=int, default=None, help="runs of each case (median)")
+    p.add_argument("--steps", type=int, default=None, help="training steps of each run")
+    p.add_argument("--batch-size", type=int, default=64, help="per replica")
+    p.add_argument("--dataset", choices=DATASETS, default="mnist", help="its CNN and data")
+    p.add_argument("--runs-dir", default=None, help="default: DDLKIT_RUNS or ./runs")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per run before stopping")
+
+
+def main_bench(args: argparse.Namespace) -> int:
+    """Plan, run and report; 0 when every case that was not skipped measured, else 1."""
+    from ddlkit.bench.report import text_report
+    from ddlkit.bench.run import run_bench
+    from ddlkit.launch import devices, plan
+
+    horovod = plan.find_horovodrun(sys.executable) is not None
+    cases = plan_cases(
+        args.quick,
+        len(devices.local_cores()),
+        horovod,
+        strategies=tuple(args.strategies),
+        steps=args.steps,
+        repeats=args.repeats,
+        batch=args.batch_size,
+        model=args.dataset,
+    )
+    result = run_bench(cases, runs_dir=args.runs_dir, quick=args.quick, timeout=args.timeout)
+    print(text_report(result.to_dict()))
+    print(f"results: {result.path}\nplot: {result.plot_path}")
+    failed = [c.case.name for c in result.cases if c.error]
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ddlkit.errors import DdlkitError
+
+    parser = argparse.ArgumentParser(prog="python -m ddlkit.bench", description=__doc__)
+    fill_parser(parser)
+    args = parser.parse_args(argv)
+    try:
+        return main_bench(args)
+    except DdlkitError as exc:
+        print(f"ddlkit bench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

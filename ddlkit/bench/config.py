@@ -1,0 +1,157 @@
+"""What a strategy benchmark runs (pure data): the cases, their scripts and arguments.
+
+Every case trains the same model on the same data for a fixed number of steps with
+the same per-replica batch (weak scaling: the global batch grows with the workers).
+Each worker gets its own cores and matching TensorFlow thread counts, so 2 workers
+on a 2-core machine are compared with 1 worker on 1 core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddlkit._tables import html_table
+from ddlkit.errors import ConfigError
+
+BENCH_STRATEGIES = ("single", "mirrored", "multi_worker", "parameter_server", "horovod")
+# The worker script of launch/ for each strategy, and the launcher strategy that runs it.
+SCRIPTS = {
+    "single": "train_single.py",
+    "mirrored": "train_mirrored.py",
+    "multi_worker": "train_multi_worker.py",
+    "parameter_server": "train_parameter_server.py",
+    "horovod": "train_horovod.py",
+}
+LAUNCH_STRATEGY = {"single": "mirrored"}  # one process, no strategy: launched like mirrored
+DATASETS = ("mnist", "fashion_mnist", "cifar10")
+QUICK = {"steps": 60, "repeats": 2}
+FULL = {"steps": 200, "repeats": 3}
+NO_HOROVOD = (
+    "horovodrun was not found, so Horovod was not benchmarked. Fix: build it with "
+    "scripts/build-horovod.sh .venv/bin/python (make lab does it)."
+)
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One configuration: a strategy with a worker count, run `repeats` times.
+
+    ``skip`` holds the reason a case is not run (e.g. no horovodrun); it is reported,
+    never dropped.
+    """
+
+    strategy: str
+    workers: int
+    steps: int
+    batch: int = 64
+    repeats: int = 1
+    model: str = "mnist"
+    skip: str = ""
+
+    def __post_init__(self) -> None:
+        if self.strategy not in BENCH_STRATEGIES:
+            raise ConfigError(
+                f"unknown strategy {self.strategy!r}. Fix: use one of "
+                f"{', '.join(BENCH_STRATEGIES)}."
+            )
+        if self.model not in DATASETS:
+            raise ConfigError(
+                f"unknown model {self.model!r}: the benchmark trains the CNN of a data set. "
+                f"Fix: use one of {', '.join(DATASETS)}."
+            )
+        for attr in ("workers", "steps", "batch", "repeats"):
+            value = getattr(self, attr)
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"{attr}={value!r}: must be an int >= 1. Fix: pass 1 or more.")
+        if self.strategy == "single" and self.workers != 1:
+            raise ConfigError(
+                f"single-device runs have one worker, not {self.workers}. Fix: workers=1."
+            )
+
+    @property
+    def name(self) -> str:
+        return f"{self.strategy}-x{self.workers}"
+
+    @property
+    def launch_strategy(self) -> str:
+        return LAUNCH_STRATEGY.get(self.strategy, self.strategy)
+
+    def script(self, launch_dir: Path) -> Path:
+        return Path(launch_dir) / SCRIPTS[self.strategy]
+
+    def args(self) -> list[str]:
+        """The worker script's arguments: a fixed number of steps in one epoch."""
+        args = ["--dataset", self.model, "--epochs", "1", "--steps-per-epoch", str(self.steps)]
+        args += ["--batch-size", str(self.batch)]
+        if self.strategy == "parameter_server":
+            # Report every few steps (the default joins every 20) and skip held-out evals.
+            args += ["--report-every", "5", "--eval-every", "0"]
+        return args
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [
+            ("strategy", self.strategy),
+            ("workers", str(self.workers)),
+            ("steps", str(self.steps)),
+            ("batch per replica", str(self.batch)),
+            ("repeats", str(self.repeats)),
+            ("model", f"{self.model} CNN"),
+            ("skipped", self.skip or "no"),
+        ]
+
+    def _repr_html_(self) -> str:
+        return html_table(("setting", "value"), self.rows())
+
+
+def worker_counts(cores: int) -> list[int]:
+    """1 and 2 workers, then doubling while every worker still gets its own core (pure)."""
+    counts = [1, 2]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    return counts
+
+
+def plan_cases(
+    quick: bool,
+    cores: int,
+    horovod_available: bool,
+    *,
+    strategies: tuple[str, ...] = BENCH_STRATEGIES,
+    steps: int | None = None,
+    repeats: int | None = None,
+    batch: int = 64,
+    model: str = "mnist",
+) -> list[BenchCase]:
+    """Every case of a benchmark, in run order (pure).
+
+    `quick` takes fewer steps and repeats; `steps` and `repeats` override either.
+    Without horovodrun the Horovod cases are kept with their reason in ``skip``.
+    """
+    if type(cores) is not int or cores < 1:
+        raise ConfigError(f"cores={cores!r}: a machine has at least one core.")
+    if not strategies:
+        raise ConfigError(f"no strategies to benchmark. Fix: pick from {BENCH_STRATEGIES}.")
+    unknown = [s for s in strategies if s not in BENCH_STRATEGIES]
+    if unknown:
+        raise ConfigError(
+            f"unknown strategy {', '.join(map(repr, unknown))}. Fix: use one of "
+            f"{', '.join(BENCH_STRATEGIES)}."
+        )
+    sizes = QUICK if quick else FULL
+    steps = sizes["steps"] if steps is None else steps
+    repeats = sizes["repeats"] if repeats is None else repeats
+    cases = []
+    for strategy in BENCH_STRATEGIES:  # a fixed order, whatever order was asked
+        if strategy not in strategies:
+            continue
+        skip = NO_HOROVOD if strategy == "horovod" and not horovod_available else ""
+        counts = [1] if strategy == "single" else worker_counts(cores)
+        for n in counts:
+            cases.append(BenchCase(strategy, n, steps, batch, repeats, model, skip))
+    return cases
+
+
+def cases_table(cases: list[BenchCase]) -> str:
+    rows = [(c.name, c.steps, c.batch, c.repeats, c.model, c.skip) for c in cases]
+    return html_table(("case", "steps", "batch", "repeats", "model", "skipped"), rows)

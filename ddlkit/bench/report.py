@@ -1,0 +1,88 @@
+"""A strategy benchmark's results as a table (HTML or text) and a plot, from bench.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddlkit._tables import html_table, text_table
+
+HEADERS = (
+    "case",
+    "examples/s (median)",
+    "min-max",
+    "ms/step",
+    "speed-up vs x1",
+    "efficiency",
+    "test acc",
+    "note",
+)
+
+
+def _fmt(value: float | None, spec: str) -> str | None:
+    return None if value is None else format(value, spec)
+
+
+def rows(doc: dict) -> list[tuple]:
+    """One row per case of a bench.json document (pure)."""
+    out = []
+    for c in doc["cases"]:
+        rate, step, acc = c["examples_per_sec"], c["step_time"], c["test_accuracy"]
+        note = c["skipped"] and f"skipped: {c['skipped']}" or c["error"] and "FAILED: " + c["error"]
+        out.append(
+            (
+                c["name"],
+                _fmt(rate and rate["median"], ".0f"),
+                rate and f"{rate['min']:.0f}-{rate['max']:.0f} (n={rate['n']})",
+                _fmt(step and step["median"] * 1000, ".1f"),
+                _fmt(c["speedup"], ".2f"),
+                _fmt(c["efficiency"], ".0%"),
+                _fmt(acc and acc["median"], ".3f"),
+                note or None,
+            )
+        )
+    return out
+
+
+def _caption(doc: dict) -> str:
+    m = doc["machine"]
+    return (
+        f"bench {doc['bench_id']}: {len(m['cores'])} cores, {m['cores_per_worker']} per worker, "
+        f"{doc['wall_seconds']:.0f} s"
+    )
+
+
+def html_report(doc: dict) -> str:
+    return html_table(HEADERS, rows(doc), _caption(doc))
+
+
+def text_report(doc: dict) -> str:
+    return text_table(HEADERS, rows(doc), _caption(doc), rule=True)
+
+
+def save_plot(doc: dict, path: str | Path) -> Path:
+    """Bar charts of throughput (median, min-max whiskers) and scaling efficiency."""
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
+
+    done = [c for c in doc["cases"] if c["examples_per_sec"]]
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax_rate, ax_eff = fig.subplots(1, 2)
+    names = [c["name"] for c in done]
+    med = [c["examples_per_sec"]["median"] for c in done]
+    low = [m - c["examples_per_sec"]["min"] for m, c in zip(med, done, strict=True)]
+    high = [c["examples_per_sec"]["max"] - m for m, c in zip(med, done, strict=True)]
+    ax_rate.bar(names, med, yerr=[low, high], capsize=3, color="tab:blue")
+    ax_rate.set_ylabel("examples / s (all workers)")
+    ax_rate.set_title("throughput: median of repeats, min-max")
+    ax_rate.tick_params(axis="x", rotation=45)
+    scaled = [c for c in done if c["efficiency"] is not None and c["workers"] > 1]
+    ax_eff.bar([c["name"] for c in scaled], [c["efficiency"] for c in scaled], color="tab:green")
+    ax_eff.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="linear scaling")
+    ax_eff.axhline(0.9, color="tab:red", linestyle=":", linewidth=1, label="goal 0.9 (1.8x on 2)")
+    ax_eff.set_ylabel("speed-up / workers")
+    ax_eff.set_title("scaling efficiency vs the same strategy x1")
+    ax_eff.tick_params(axis="x", rotation=45)
+    ax_eff.legend(loc="upper right", fontsize="small")
+    fig.suptitle(_caption(doc))
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    return path

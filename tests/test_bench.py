@@ -1,0 +1,237 @@
+"""ddlkit.bench, pure parts: planning, measuring, median and spread, scaling, JSON, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import pytest
+
+from ddlkit.bench import config, report, run, stats
+from ddlkit.bench.cli import add_bench_parser
+from ddlkit.bench.config import BenchCase, plan_cases
+from ddlkit.errors import ConfigError, DdlkitError
+from ddlkit.metrics.records import Record
+
+
+def _names(cases):
+    return [c.name for c in cases]
+
+
+def test_plan_two_cores_has_one_and_two_workers_per_strategy():
+    cases = plan_cases(True, 2, True)
+    assert _names(cases) == [
+        "single-x1",
+        "mirrored-x1",
+        "mirrored-x2",
+        "multi_worker-x1",
+        "multi_worker-x2",
+        "parameter_server-x1",
+        "parameter_server-x2",
+        "horovod-x1",
+        "horovod-x2",
+    ]
+    assert {(c.steps, c.repeats) for c in cases} == {(60, 2)}
+    assert not any(c.skip for c in cases)
+
+
+def test_plan_more_cores_adds_worker_counts_and_full_runs_longer():
+    cases = plan_cases(False, 8, True, strategies=("multi_worker",))
+    assert [c.workers for c in cases] == [1, 2, 4, 8]
+    assert {(c.steps, c.repeats) for c in cases} == {(200, 3)}
+    assert [c.workers for c in plan_cases(False, 5, True, strategies=("horovod",))] == [1, 2, 4]
+    # one core: still 1 and 2 workers (oversubscribed; the numbers will show it)
+    assert [c.workers for c in plan_cases(True, 1, True, strategies=("mirrored",))] == [1, 2]
+
+
+def test_plan_without_horovodrun_keeps_horovod_cases_with_the_reason():
+    cases = plan_cases(True, 2, False, strategies=("horovod", "single"))
+    assert _names(cases) == ["single-x1", "horovod-x1", "horovod-x2"]  # fixed order
+    assert cases[0].skip == ""
+    assert all(
+        "horovodrun was not found" in c.skip and "build-horovod" in c.skip for c in cases[1:]
+    )
+
+
+def test_plan_overrides_and_bad_input():
+    (case,) = plan_cases(True, 2, True, strategies=("single",), steps=7, repeats=5, batch=32)
+    assert (case.steps, case.repeats, case.batch) == (7, 5, 32)
+    with pytest.raises(ConfigError, match="unknown strategy 'ring'"):
+        plan_cases(True, 2, True, strategies=("ring",))
+    with pytest.raises(ConfigError, match="repeats=0"):
+        plan_cases(True, 2, True, repeats=0)
+    with pytest.raises(ConfigError, match="no strategies"):
+        plan_cases(True, 2, True, strategies=())
+    with pytest.raises(ConfigError, match="one worker"):
+        BenchCase("single", 2, 10)
+    with pytest.raises(ConfigError, match="unknown model"):
+        BenchCase("mirrored", 1, 10, model="imagenet")
+
+
+def test_case_arguments_fix_the_steps(tmp_path):
+    case = BenchCase("multi_worker", 2, 40, batch=32)
+    assert case.args() == [
+        "--dataset", "mnist", "--epochs", "1", "--steps-per-epoch", "40", "--batch-size", "32",
+    ]  # fmt: skip
+    assert case.launch_strategy == "multi_worker"
+    assert BenchCase("single", 1, 5).launch_strategy == "mirrored"
+    assert BenchCase("single", 1, 5).script(tmp_path) == tmp_path / "train_single.py"
+    ps = BenchCase("parameter_server", 2, 40).args()
+    assert ps[-4:] == ["--report-every", "5", "--eval-every", "0"]
+    for strategy, script in config.SCRIPTS.items():
+        assert (run.LAUNCH_DIR / script).is_file(), strategy
+    assert "multi_worker" in case._repr_html_()
+
+
+def test_cores_per_worker_and_case_cores():
+    cases = plan_cases(True, 2, True)
+    assert run.cores_per_worker(cases, 2) == 1
+    assert run.cores_per_worker(plan_cases(True, 8, True, strategies=("single",)), 8) == 8
+    assert run.case_cores(1, 1, (0, 1)) == (0,)
+    assert run.case_cores(2, 1, (0, 1)) == (0, 1)
+    assert run.case_cores(4, 1, (0, 1)) == (0, 1)  # does not fit: all of them
+
+
+def test_summarize_median_and_spread():
+    s = stats.summarize([3.0, 1.0, 2.0, 10.0])
+    assert (s.median, s.min, s.max, s.n) == (2.5, 1.0, 10.0, 4)
+    assert s.rel_range == pytest.approx(9.0 / 2.5)
+    assert stats.summarize([4.0]).rel_range == 0.0
+    with pytest.raises(ValueError, match="at least one"):
+        stats.summarize([])
+
+
+def test_scaling_is_against_the_same_strategy_with_one_worker():
+    rates = {
+        ("multi_worker", 1): 1000.0,
+        ("multi_worker", 2): 1900.0,
+        ("horovod", 1): 800.0,
+        ("horovod", 2): 1200.0,
+        ("mirrored", 2): 500.0,  # no x1 to compare with: left out
+    }
+    out = stats.scaling(rates)
+    assert out[("multi_worker", 2)].speedup == pytest.approx(1.9)
+    assert out[("multi_worker", 2)].efficiency == pytest.approx(0.95)
+    assert out[("horovod", 2)].efficiency == pytest.approx(0.75)
+    assert out[("horovod", 1)].efficiency == 1.0
+    assert ("mirrored", 2) not in out
+
+
+def _step(worker, step, rate, step_time):
+    return Record(
+        kind="step",
+        worker=worker,
+        step=step,
+        epoch=0,
+        wall_time=time.time(),
+        seq=step,
+        examples_per_sec=rate,
+        step_time=step_time,
+    )
+
+
+def test_measure_skips_warmup_adds_workers_and_takes_the_slowest_step():
+    records = [_step("worker-0", i, 1.0 if i <= 4 else 100.0, 0.5) for i in range(1, 21)]
+    records += [_step("worker-1", i, 1.0 if i <= 4 else 80.0, 0.5 if i <= 4 else 0.8)
+                for i in range(1, 21)]  # fmt: skip
+    records.append(Record(kind="epoch", worker="worker-0", step=20, epoch=0, wall_time=0, seq=99))
+    m = stats.measure(records, {"test_accuracy": 0.9}, run_id="r", steps=20, wall_seconds=12.0)
+    assert stats.warmup_steps(20) == 4
+    assert m.examples_per_sec == pytest.approx(180.0)  # warm-up steps left out, workers added
+    assert m.step_time == pytest.approx(0.8)
+    assert (m.test_accuracy, m.wall_seconds, m.run_id) == (0.9, 12.0, "r")
+    with pytest.raises(DdlkitError, match="no step records after the first 4 steps"):
+        stats.measure(records[:3], {"test_accuracy": 0.9}, run_id="r", steps=20, wall_seconds=1)
+
+
+def _result(tmp_path):
+    cases = [
+        BenchCase("single", 1, 20),
+        BenchCase("multi_worker", 1, 20, repeats=2),
+        BenchCase("multi_worker", 2, 20, repeats=2),
+        BenchCase("horovod", 1, 20, skip=config.NO_HOROVOD),
+        BenchCase("parameter_server", 1, 20),
+    ]
+    res = run.BenchResult("b1", tmp_path / "b1", [run.CaseResult(c) for c in cases], (0, 1), 1)
+    m = lambda rate: stats.RunMeasure("r", rate, 0.05, 0.9, 10.0)  # noqa: E731
+    res.cases[0].runs = [m(1000.0)]
+    res.cases[1].runs = [m(900.0), m(1100.0)]
+    res.cases[2].runs = [m(1700.0), m(1900.0)]
+    res.cases[4].error = "chief failed"
+    return res
+
+
+def test_bench_json_schema_and_atomic_write(tmp_path):
+    res = _result(tmp_path)
+    path = res.write()
+    doc = json.loads(path.read_text())
+    assert not list(res.bench_dir.glob("*.tmp"))
+    assert {"schema", "bench_id", "created", "quick", "wall_seconds", "machine", "cases"} <= set(
+        doc
+    )
+    assert doc["machine"] == {"cores": [0, 1], "cores_per_worker": 1}
+    by = {c["name"]: c for c in doc["cases"]}
+    assert list(by) == [
+        "single-x1",
+        "multi_worker-x1",
+        "multi_worker-x2",
+        "horovod-x1",
+        "parameter_server-x1",
+    ]
+    keys = {
+        "strategy",
+        "workers",
+        "steps",
+        "batch",
+        "repeats",
+        "model",
+        "skipped",
+        "error",
+        "runs",
+        "examples_per_sec",
+        "step_time",
+        "test_accuracy",
+        "speedup",
+        "efficiency",
+    }
+    assert all(keys <= set(c) for c in doc["cases"])
+    mw2 = by["multi_worker-x2"]
+    assert mw2["examples_per_sec"] == {"median": 1800.0, "min": 1700.0, "max": 1900.0, "n": 2}
+    assert mw2["speedup"] == pytest.approx(1.8) and mw2["efficiency"] == pytest.approx(0.9)
+    assert len(mw2["runs"]) == 2 and mw2["runs"][0]["examples_per_sec"] == 1700.0
+    assert by["horovod-x1"]["skipped"].startswith("horovodrun was not found")
+    assert by["horovod-x1"]["examples_per_sec"] is None
+    assert by["parameter_server-x1"]["error"] == "chief failed"
+    assert by["single-x1"]["efficiency"] == 1.0
+
+
+def test_report_table_and_plot(tmp_path):
+    res = _result(tmp_path)
+    doc = res.to_dict()
+    text = report.text_report(doc)
+    assert "multi_worker-x2" in text and "1800" in text and "90%" in text
+    assert "skipped: horovodrun was not found" in text and "FAILED: chief failed" in text
+    html = res._repr_html_()
+    assert "<table>" in html and "1700-1900 (n=2)" in html
+    res.bench_dir.mkdir(parents=True)
+    png = report.save_plot(doc, res.plot_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_parser_defaults_and_choices():
+    parser = argparse.ArgumentParser(prog="ddlkit")
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--quick", "--strategies", "single", "horovod"])
+    assert args.quick and args.strategies == ["single", "horovod"]
+    assert args.repeats is None and args.steps is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--strategies", "ring"])
+
+
+def test_cli_bad_repeats_is_one_clear_error_and_nothing_runs(tmp_path, capsys):
+    from ddlkit.bench.cli import main
+
+    assert main(["--repeats", "0", "--runs-dir", str(tmp_path)]) == 2
+    assert "repeats=0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
