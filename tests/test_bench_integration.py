@@ -1,0 +1,32 @@
+"""ddlkit.bench end to end: a tiny benchmark with real worker processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddlkit.bench import plan_cases, run_bench
+
+
+@pytest.mark.slow
+def test_tiny_bench_measures_every_case_and_draws_the_plot(tmp_path):
+    cases = plan_cases(True, 2, False, strategies=("single", "multi_worker"), steps=20, repeats=1)
+    lines: list[str] = []
+    result = run_bench(cases, runs_dir=tmp_path, timeout=300, progress=lines.append)
+    doc = json.loads(result.path.read_text())
+    by = {c["name"]: c for c in doc["cases"]}
+    assert list(by) == ["single-x1", "multi_worker-x1", "multi_worker-x2"]
+    for name, case in by.items():
+        assert case["error"] is None and case["skipped"] is None, name
+        assert len(case["runs"]) == 1, name
+        assert case["examples_per_sec"]["median"] > 0, name
+        assert case["step_time"]["median"] > 0, name
+        assert 0.0 <= case["test_accuracy"]["median"] <= 1.0, name
+    assert by["multi_worker-x1"]["efficiency"] == 1.0
+    assert by["multi_worker-x2"]["speedup"] > 0
+    assert doc["machine"]["cores_per_worker"] >= 1
+    assert result.plot_path.read_bytes()[:4] == b"\x89PNG"
+    # every case ran as its own launched run under the benchmark's directory
+    assert len(list((result.bench_dir / "runs").iterdir())) == 3
+    assert len(lines) == 3 and all("examples/s" in line for line in lines)
