@@ -9,6 +9,13 @@ import pytest
 
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
+from ddlkit.hosts.preflight import (
+    HostCheck,
+    HostError,
+    Preflight,
+    classify_ssh_failure,
+    probe_argv,
+)
 from ddlkit.hosts.ssh import SshOptions, ssh_argv
 
 
@@ -96,3 +103,34 @@ def test_sshd_config_is_key_only_on_the_host_address(tmp_path: Path):
     assert sshd.keygen_argv("/d/k", "c") == [
         "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "c", "-f", "/d/k"
     ]  # fmt: skip
+
+
+def test_classify_ssh_failures_name_host_and_fix():
+    auth = classify_ssh_failure("h1", 255, "root@h1: Permission denied (publickey).\n", "/py")
+    assert "authentication failed on h1" in auth[0] and "identity" in auth[1]
+    err = "ssh: connect to host h2 port 22: No route to host"
+    down = classify_ssh_failure("h2", 255, err, "/py")
+    assert "h2 is unreachable" in down[0] and "No route to host" in down[0]
+    key = classify_ssh_failure("h3", 255, "Host key verification failed.", "/py")
+    assert "host key" in key[0] and "ssh-keyscan h3" in key[1]
+    env = classify_ssh_failure("h4", 127, "bash: line 1: /v/py: No such file or directory", "/v/py")
+    assert "no Python at /v/py on h4" in env[0] and "venv" in env[1]
+
+
+def test_preflight_table_and_error_from_rows():
+    ok = HostCheck("10.0.0.1", True, "3.11.7", "2.21.0", None, (29500,))
+    bad = HostCheck("10.0.0.2", False, problem="10.0.0.2 is unreachable <x>", fix="check it")
+    report = Preflight((ok, bad))
+    assert not report.ok and report.failures == (bad,) and report["10.0.0.1"] is ok
+    text = str(report)
+    assert "missing" in text.splitlines()[3]  # Horovod absent on a reachable host
+    assert "&lt;x&gt;" in report._repr_html_()  # cells are escaped
+    with pytest.raises(HostError, match="unreachable <x> .fix: check it.") as info:
+        report.raise_for_failures()
+    assert info.value.hosts == ("10.0.0.2",)
+
+
+def test_probe_argv_passes_ports_as_arguments():
+    argv = probe_argv("/v/bin/python", [29500, 29501])
+    assert argv[:2] == ["/v/bin/python", "-c"] and argv[3:] == ["29500", "29501"]
+    assert compile(argv[2], "probe", "exec")

@@ -19,7 +19,7 @@ from procutil import alive, wait_until
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
 from ddlkit.hosts.preflight import HostError, check_hosts
-from ddlkit.hosts.ssh import ssh_argv
+from ddlkit.hosts.ssh import SshOptions, ssh_argv
 
 _WHY = netns.unavailable() or sshd.unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
@@ -130,7 +130,44 @@ def test_unused_address_is_unreachable_within_bounded_time(cluster):
     assert not report.rows[0].reachable and f"{unused} is unreachable" in report.rows[0].problem
 
 
-def test_refuses_bad_host_lists():
+def test_a_host_that_never_answers_is_cut_off_at_the_timeout(cluster):
+    host = cluster.hosts[0]
+    # a TCP listener that accepts and never speaks SSH
+    silent = f"import socket, time; s = socket.create_server(({host.address!r}, 2200)); "
+    silent += "c = s.accept(); time.sleep(600)"
+    listener = subprocess.Popen(host.exec_argv([sys.executable, "-c", silent]))
+    listening = host.exec_argv(["ss", "-Hltn", "sport", "= :2200"])
+    try:
+        assert wait_until(
+            lambda: subprocess.run(listening, capture_output=True, text=True).stdout.strip(),
+            timeout=30,
+        )
+        options = dataclasses.replace(cluster.options, port=2200, connect_timeout=30)
+        start = time.monotonic()
+        report = check_hosts([host.address], options, timeout=4)
+        assert time.monotonic() - start < 30
+        row = report.rows[0]
+        assert not row.reachable
+        assert f"{host.address} did not answer over SSH within 4 s" in row.problem
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+def test_names_in_use_are_refused_and_left_alone(cluster):
+    tag = cluster.hosts[0].name[4:-2]
+    with pytest.raises(ConfigError, match="already exist"):
+        with netns.namespaced_hosts(1, tag=tag):
+            pass
+    with pytest.raises(ConfigError, match="in use"):
+        with netns.namespaced_hosts(1, subnet=int(cluster.addresses[0].split(".")[2])):
+            pass
+    assert check_hosts(cluster.addresses, cluster.options).ok  # the cluster still works
+
+
+def test_refuses_bad_host_lists(tmp_path):
+    with pytest.raises(ConfigError, match="no SSH key"):
+        check_hosts(["10.213.0.1"], SshOptions(identity=str(tmp_path / "none")))
     with pytest.raises(ConfigError, match="twice"):
         check_hosts(["10.213.0.1", "10.213.0.1"])
     with pytest.raises(ConfigError, match="not a host"):

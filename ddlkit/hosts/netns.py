@@ -13,6 +13,7 @@ one venv serves all hosts. The commands are built first as plain argv lists
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import shutil
@@ -208,6 +209,37 @@ def destroy(p: NetnsPlan) -> None:
         _run(cmd, check=False)
 
 
+LOCK = "/run/ddlkit-netns.lock"  # serialises choosing names/subnets between processes
+
+
+@contextmanager
+def _creation_lock() -> Iterator[None]:
+    with open(LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _check_unused(p: NetnsPlan) -> None:
+    """Refuse a plan whose names or subnet exist already: never touch what is not ours."""
+    clash = set(existing()) & {h.name for h in p.hosts}
+    lines = _run(["ip", "-o", "link"]).stdout.splitlines()
+    links = {line.split(": ", 2)[1].split("@")[0] for line in lines if ": " in line}
+    clash |= links & {p.bridge, *(h.outer for h in p.hosts)}
+    if clash:
+        raise ConfigError(
+            f"namespaced hosts: {sorted(clash)} already exist; "
+            f"fix: delete them (`ip netns del NAME`, `ip link del NAME`) or pass another tag"
+        )
+    if f" {PREFIX}.{p.subnet}." in _run(["ip", "-o", "-4", "addr"]).stdout:
+        raise ConfigError(
+            f"namespaced hosts: subnet {PREFIX}.{p.subnet}.0/24 is in use here; "
+            f"fix: pass another subnet= or leave it out to pick a free one"
+        )
+
+
 @contextmanager
 def namespaced_hosts(
     n: int, *, subnet: int | None = None, tag: str | None = None
@@ -216,20 +248,20 @@ def namespaced_hosts(
     why = unavailable()
     if why:
         raise MissingSystemPackageError(why)
-    p = plan(
-        n,
-        subnet=_free_subnet() if subnet is None else subnet,
-        tag=tag or _fresh_tag(),
-    )
-    clash = set(existing()) & {h.name for h in p.hosts}
-    if clash:
-        raise ConfigError(
-            f"namespaced hosts: {sorted(clash)} already exist; "
-            f"fix: `ip netns del NAME` or pass another tag"
+    with _creation_lock():
+        p = plan(
+            n,
+            subnet=_free_subnet() if subnet is None else subnet,
+            tag=tag or _fresh_tag(),
         )
+        _check_unused(p)
+        try:
+            for cmd in create_commands(p):
+                _run(cmd)
+        except BaseException:
+            destroy(p)
+            raise
     try:
-        for cmd in create_commands(p):
-            _run(cmd)
         yield p.hosts
     finally:
         destroy(p)

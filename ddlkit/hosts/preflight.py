@@ -10,6 +10,7 @@ the problem and the fix. `Preflight.raise_for_failures()` turns failures into on
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -254,6 +255,11 @@ def check_hosts(
         if not 1 <= int(p) <= 65535:
             raise ConfigError(f"preflight: port {p}; use 1 to 65535")
     options = options or SshOptions()
+    if options.identity is not None and not os.path.isfile(options.identity):
+        raise ConfigError(
+            f"preflight: no SSH key at {options.identity}; "
+            f"fix: make one (ssh-keygen -t ed25519) or give the path of yours"
+        )
     limit = options.connect_timeout + 30.0 if timeout is None else timeout
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         rows = pool.map(lambda h: check_host_once(h, options, python, ports, limit), hosts)

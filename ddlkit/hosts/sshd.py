@@ -45,8 +45,18 @@ class SshdKeys:
             client_key=directory / "client_ed25519",
             authorized_keys=directory / "authorized_keys",
         )
-        for path, comment in ((keys.host_key, "ddlkit-host"), (keys.client_key, "ddlkit-client")):
-            subprocess.run(keygen_argv(path, comment), check=True, capture_output=True, timeout=30)
+        pairs = ((keys.host_key, "ddlkit-host"), (keys.client_key, "ddlkit-client"))
+        for path, _ in pairs:
+            if path.exists():
+                raise ConfigError(f"sshd keys: {path} exists; use an empty directory")
+        for path, comment in pairs:
+            subprocess.run(
+                keygen_argv(path, comment),
+                check=True,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+            )
         shutil.copyfile(f"{keys.client_key}.pub", keys.authorized_keys)
         keys.authorized_keys.chmod(0o600)
         return keys
