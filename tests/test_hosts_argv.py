@@ -9,14 +9,8 @@ import pytest
 
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
-from ddlkit.hosts.preflight import (
-    HostCheck,
-    HostError,
-    Preflight,
-    classify_ssh_failure,
-    probe_argv,
-)
-from ddlkit.hosts.ssh import SshOptions, ssh_argv
+from ddlkit.hosts.preflight import HostCheck, Preflight, probe_argv
+from ddlkit.hosts.ssh import HostError, SshOptions, classify_ssh_failure, ssh_argv
 
 
 def test_ssh_argv_is_batch_mode_with_bounded_connect_and_quoted_argv():
@@ -114,7 +108,7 @@ def test_classify_ssh_failures_name_host_and_fix():
     key = classify_ssh_failure("h3", 255, "Host key verification failed.", "/py")
     assert "host key" in key[0] and "ssh-keyscan h3" in key[1]
     env = classify_ssh_failure("h4", 127, "bash: line 1: /v/py: No such file or directory", "/v/py")
-    assert "no Python at /v/py on h4" in env[0] and "venv" in env[1]
+    assert "no /v/py on h4" in env[0] and "venv" in env[1]
 
 
 def test_preflight_table_and_error_from_rows():

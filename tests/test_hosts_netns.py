@@ -18,10 +18,10 @@ from procutil import alive, wait_until
 
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
-from ddlkit.hosts.preflight import HostError, check_hosts
-from ddlkit.hosts.ssh import SshOptions, ssh_argv
+from ddlkit.hosts.preflight import check_hosts
+from ddlkit.hosts.ssh import HostError, SshOptions, run_on, ssh_argv
 
-_WHY = netns.unavailable() or sshd.unavailable()
+_WHY = netns.unavailable(try_it=True) or sshd.unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
 
 NS_PROBE = "import os, sys; print(os.readlink('/proc/self/ns/net'), sys.argv[1:])"
@@ -44,28 +44,25 @@ def cluster(tmp_path_factory):
     assert not any(alive(p) for p in c.pids)
 
 
-def _ssh(c, host, argv, timeout=60, **opts):
-    options = dataclasses.replace(c.options, **opts)
-    return subprocess.run(
-        ssh_argv(host, argv, options),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_ssh_runs_argv_inside_each_host(cluster):
     mine = os.readlink("/proc/self/ns/net")
     seen = set()
     for host, pid in zip(cluster.hosts, cluster.pids, strict=True):
-        done = _ssh(cluster, host.address, [sys.executable, "-c", NS_PROBE, "a b", "$HOME;x"])
+        argv = [sys.executable, "-c", NS_PROBE, "a b", "$HOME;x"]
+        done = run_on(host.address, argv, cluster.options, timeout=60)
         assert done.returncode == 0, done.stderr
         ns, args = done.stdout.strip().split(" ", 1)
         assert ns == os.readlink(f"/proc/{pid}/ns/net") != mine  # ran in that host's namespace
         assert args == "['a b', '$HOME;x']"  # arguments arrive as given, unexpanded
         seen.add(ns)
     assert len(seen) == 2
+    # the program's own exit status comes back; ssh failures raise, naming host and fix
+    first = cluster.addresses[0]
+    exit3 = run_on(first, [sys.executable, "-c", "exit(3)"], cluster.options, timeout=60)
+    assert exit3.returncode == 3
+    with pytest.raises(HostError, match=f"no /nonexistent/x on {cluster.addresses[0]}") as info:
+        run_on(cluster.addresses[0], ["/nonexistent/x"], cluster.options, timeout=60)
+    assert info.value.reachable and info.value.hosts == (cluster.addresses[0],)
 
 
 def test_preflight_reports_both_hosts_ok(cluster):
@@ -108,7 +105,7 @@ def test_missing_environment_names_the_python_path(cluster):
     report = check_hosts(cluster.addresses[:1], cluster.options, python="/nonexistent/bin/python")
     row = report.rows[0]
     assert not row.ok and row.reachable
-    assert "/nonexistent/bin/python" in row.problem and cluster.addresses[0] in row.problem
+    assert f"no /nonexistent/bin/python on {cluster.addresses[0]}" in row.problem
     assert "venv" in row.fix
 
 

@@ -1,6 +1,7 @@
 """Several hosts: reaching them over SSH, checking them, and making namespaced ones locally.
 
-- `ssh`: the OpenSSH client argv (BatchMode, bounded connect time, argv-only remote command).
+- `ssh`: the OpenSSH client argv (BatchMode, bounded connect time, argv-only remote command)
+  and `run_on`, which runs it and turns ssh failures into a `HostError` naming host and fix.
 - `preflight`: per-host reachability, Python/TensorFlow/Horovod versions and free ports.
 - `netns`: hosts on one machine as Linux network namespaces (root, iproute2).
 - `sshd`: an sshd in each namespaced host with keys made for the occasion.
@@ -9,8 +10,8 @@
 from __future__ import annotations
 
 from ddlkit.hosts.netns import NetnsHost, cut_link, namespaced_hosts, restore_link
-from ddlkit.hosts.preflight import HostCheck, HostError, Preflight, check_hosts
-from ddlkit.hosts.ssh import SshOptions, ssh_argv
+from ddlkit.hosts.preflight import HostCheck, Preflight, check_hosts
+from ddlkit.hosts.ssh import HostError, SshOptions, run_on, ssh_argv
 from ddlkit.hosts.sshd import SshdCluster, running_sshd
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "cut_link",
     "namespaced_hosts",
     "restore_link",
+    "run_on",
     "running_sshd",
     "ssh_argv",
 ]

@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -131,14 +132,24 @@ def _run(cmd: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def unavailable() -> str:
-    """Why namespaced hosts cannot be made here ('' when they can)."""
+def unavailable(*, try_it: bool = False) -> str:
+    """Why namespaced hosts cannot be made here ('' when they can).
+
+    ``try_it`` also makes and deletes one empty namespace: a container may give root
+    without the right to make namespaces.
+    """
+    if sys.platform != "linux":
+        return "namespaced hosts need Linux network namespaces"
     if os.geteuid() != 0:
         return "namespaced hosts need root (ip netns add)"
     if shutil.which("ip") is None:
         return "namespaced hosts need `ip`: apt-get install iproute2"
-    if not os.path.isdir("/proc/sys/net") or not os.path.exists("/var/run") or os.name != "posix":
-        return "namespaced hosts need Linux"
+    if try_it:
+        name = f"ddlkprobe{os.getpid()}"
+        made = _run(["ip", "netns", "add", name], check=False)
+        _run(["ip", "netns", "del", name], check=False)
+        if made.returncode != 0:
+            return f"this machine refuses `ip netns add`: {made.stderr.strip()}"
     return ""
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -19,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ddlkit._tables import html_table, text_table
-from ddlkit.errors import ConfigError, DdlkitError
-from ddlkit.hosts.ssh import SshOptions, check_host, ssh_argv
+from ddlkit.errors import ConfigError
+from ddlkit.hosts.ssh import ENV_FIX, HostError, SshOptions, check_host, run_on
+
+__all__ = ["HostCheck", "HostError", "Preflight", "check_hosts", "probe_argv"]
 
 PROBE = """\
 import json, platform, socket, sys
@@ -53,16 +54,6 @@ print(json.dumps({
 }))
 """
 
-ENV_FIX = "install the kit's venv at the same path on every host (as horovodrun expects)"
-
-
-class HostError(DdlkitError):
-    """One or more hosts cannot run a job; ``hosts`` names them, the message says why and how."""
-
-    def __init__(self, message: str, *, hosts: Sequence[str]) -> None:
-        super().__init__(message)
-        self.hosts = tuple(hosts)
-
 
 @dataclass(frozen=True)
 class HostCheck:
@@ -82,36 +73,6 @@ class HostCheck:
     @property
     def ok(self) -> bool:
         return not self.problem
-
-
-def classify_ssh_failure(host: str, returncode: int, stderr: str, python: str) -> tuple[str, str]:
-    """(problem, fix) for an ssh run that did not print the probe's answer."""
-    err = stderr.strip()
-    last = err.splitlines()[-1] if err else f"exit status {returncode}"
-    if returncode == 255:  # ssh itself failed
-        if "Permission denied" in err:
-            return (
-                f"SSH authentication failed on {host}: {last}",
-                f"put your public key in {host}:~/.ssh/authorized_keys (ssh-copy-id {host}) "
-                f"or pass SshOptions(identity=...) with the right key",
-            )
-        if "Host key verification failed" in err or "host key" in err.lower():
-            return (
-                f"{host}'s host key is unknown or changed: {last}",
-                f"check the key, then add it: ssh-keyscan {host} >> ~/.ssh/known_hosts",
-            )
-        if "Could not resolve hostname" in err:
-            return (f"{host} has no address: {last}", "check the host name or use its address")
-        return (
-            f"{host} is unreachable over SSH: {last}",
-            f"check that {host} is up, its network link works and sshd listens on its port",
-        )
-    if returncode == 127 or "No such file or directory" in err or "not found" in err:
-        return (
-            f"no Python at {python} on {host}: {last}",
-            f"{ENV_FIX}, or pass python= the path of the kit's Python there",
-        )
-    return (f"the probe failed on {host} (exit {returncode}): {last}", ENV_FIX)
 
 
 def probe_argv(python: str, ports: Sequence[int]) -> list[str]:
@@ -148,36 +109,29 @@ def check_host_once(
     """One host's row: run the probe over SSH, give up after ``timeout`` seconds."""
     start = time.monotonic()
     try:
-        done = subprocess.run(
-            ssh_argv(host, probe_argv(python, ports), options),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:  # subprocess.run has killed ssh
+        done = run_on(host, probe_argv(python, ports), options, timeout=timeout)
+    except HostError as e:
         return HostCheck(
             host=host,
-            reachable=False,
-            problem=f"{host} did not answer over SSH within {timeout:.0f} s",
-            fix=f"check that {host} is up and its network link works",
+            reachable=e.reachable,
+            problem=e.problem,
+            fix=e.fix,
             seconds=time.monotonic() - start,
         )
     seconds = time.monotonic() - start
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
-        try:
-            return _row_from_answer(host, json.loads(lines[-1]), python, seconds)
-        except (ValueError, KeyError, TypeError):
-            pass
-    problem, fix = classify_ssh_failure(host, done.returncode, done.stderr, python)
-    return HostCheck(
-        host=host,
-        reachable=done.returncode != 255,
-        problem=problem,
-        fix=fix,
-        seconds=seconds,
-    )
+    try:
+        return _row_from_answer(
+            host, json.loads(done.stdout.strip().splitlines()[-1]), python, seconds
+        )
+    except (ValueError, KeyError, TypeError, IndexError):
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return HostCheck(
+            host=host,
+            reachable=True,
+            problem=f"the probe failed on {host} with {python} (exit {done.returncode}): {last}",
+            fix=ENV_FIX,
+            seconds=seconds,
+        )
 
 
 HEADERS = ("host", "ok", "python", "tensorflow", "horovod", "free ports", "problem", "fix")

@@ -9,10 +9,35 @@ parsed by a shell as anything but one word.
 from __future__ import annotations
 
 import shlex
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddlkit.errors import ConfigError
+from ddlkit.errors import ConfigError, DdlkitError
+
+ENV_FIX = "install the kit's venv at the same path on every host (as horovodrun expects)"
+
+
+class HostError(DdlkitError):
+    """Hosts that cannot run a job: ``hosts`` names them; the message says why and the fix.
+
+    ``problem``/``fix`` are the parts of a one-host error, ``reachable`` whether SSH got in.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hosts: Sequence[str],
+        problem: str = "",
+        fix: str = "",
+        reachable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.hosts = tuple(hosts)
+        self.problem = problem or message
+        self.fix = fix
+        self.reachable = reachable
 
 
 @dataclass(frozen=True)
@@ -76,3 +101,66 @@ def ssh_argv(host: str, argv: Sequence[str], options: SshOptions = SshOptions())
     if o.user is not None:
         cmd += ["-l", o.user]
     return [*cmd, "--", check_host(host), shlex.join(argv)]
+
+
+def classify_ssh_failure(host: str, returncode: int, stderr: str, program: str) -> tuple[str, str]:
+    """(problem, fix) for a failed ssh run of ``program`` (255: ssh failed, 127: no program)."""
+    err = stderr.strip()
+    last = err.splitlines()[-1] if err else f"exit status {returncode}"
+    if returncode == 255:  # ssh itself failed
+        if "Permission denied" in err:
+            return (
+                f"SSH authentication failed on {host}: {last}",
+                f"put your public key in {host}:~/.ssh/authorized_keys (ssh-copy-id {host}) "
+                f"or pass SshOptions(identity=...) with the right key",
+            )
+        if "Host key verification failed" in err or "host key" in err.lower():
+            return (
+                f"{host}'s host key is unknown or changed: {last}",
+                f"check the key, then add it: ssh-keyscan {host} >> ~/.ssh/known_hosts",
+            )
+        if "Could not resolve hostname" in err:
+            return (f"{host} has no address: {last}", "check the host name or use its address")
+        return (
+            f"{host} is unreachable over SSH: {last}",
+            f"check that {host} is up, its network link works and sshd listens on its port",
+        )
+    if returncode == 127 or "No such file or directory" in err or "not found" in err:
+        return (
+            f"no {program} on {host}: {last}",
+            f"{ENV_FIX}, or give the path of the kit's Python there",
+        )
+    return (f"{program} failed on {host} (exit {returncode}): {last}", ENV_FIX)
+
+
+def run_on(
+    host: str, argv: Sequence[str], options: SshOptions | None = None, *, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` on ``host`` over SSH and return what it printed and its exit status.
+
+    Raises `HostError` (naming the host, the problem and the fix) when ssh cannot get in
+    (exit 255), the program is not there (127), or nothing finishes within ``timeout`` s
+    (ssh is then killed). Other exit statuses are the program's own and are returned.
+    """
+    try:
+        done = subprocess.run(
+            ssh_argv(host, argv, options or SshOptions()),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:  # subprocess.run has killed ssh
+        problem = f"{host} did not answer over SSH within {timeout:.0f} s"
+        fix = f"check that {host} is up and its network link works"
+        raise HostError(f"{problem}; fix: {fix}", hosts=[host], problem=problem, fix=fix) from None
+    if done.returncode in (255, 127):
+        problem, fix = classify_ssh_failure(host, done.returncode, done.stderr, argv[0])
+        raise HostError(
+            f"{problem}; fix: {fix}",
+            hosts=[host],
+            problem=problem,
+            fix=fix,
+            reachable=done.returncode != 255,
+        )
+    return done
