@@ -10,7 +10,13 @@ import pytest
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
 from ddlkit.hosts.preflight import HostCheck, Preflight, probe_argv
-from ddlkit.hosts.ssh import HostError, SshOptions, classify_ssh_failure, ssh_argv
+from ddlkit.hosts.ssh import (
+    HostError,
+    SshOptions,
+    classify_ssh_failure,
+    remote_argv,
+    ssh_argv,
+)
 
 
 def test_ssh_argv_is_batch_mode_with_bounded_connect_and_quoted_argv():
@@ -128,3 +134,14 @@ def test_probe_argv_passes_ports_as_arguments():
     argv = probe_argv("/v/bin/python", [29500, 29501])
     assert argv[:2] == ["/v/bin/python", "-c"] and argv[3:] == ["29500", "29501"]
     assert compile(argv[2], "probe", "exec")
+
+
+def test_remote_argv_adds_env_and_cwd_through_env_and_a_watchdog():
+    argv = remote_argv(["python", "w.py"], python="/v/py", env={"TF_CONFIG": '{"a": 1}'}, cwd="/r")
+    assert argv[:4] == ["env", "--chdir", "/r", 'TF_CONFIG={"a": 1}']
+    assert argv[4:6] == ["/v/py", "-c"] and argv[7:] == ["python", "w.py"]
+    assert compile(argv[6], "watchdog", "exec")
+    assert remote_argv(["x"], python="p")[:2] == ["env", "p"]
+    for bad in ("", "1A", "A-B", "A=B", "-u"):
+        with pytest.raises(ConfigError, match="environment name"):
+            remote_argv(["x"], python="p", env={bad: "v"})

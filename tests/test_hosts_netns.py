@@ -19,7 +19,7 @@ from procutil import alive, wait_until
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
 from ddlkit.hosts.preflight import check_hosts
-from ddlkit.hosts.ssh import HostError, SshOptions, run_on, ssh_argv
+from ddlkit.hosts.ssh import HostError, SshOptions, remote_argv, run_on, ssh_argv
 
 _WHY = netns.unavailable(try_it=True) or sshd.unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
@@ -171,22 +171,53 @@ def test_refuses_bad_host_lists(tmp_path):
         check_hosts(["-oProxyCommand=x"])
 
 
-def test_cut_link_mid_run_ends_the_session_then_host_is_unreachable(cluster):
-    host = cluster.hosts[1]
-    options = dataclasses.replace(cluster.options, alive_interval=1, alive_count=3)
+# a command that reports its env and cwd, leaves a grandchild, then runs for 10 minutes
+WORKER = (
+    "import os, subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "print(os.environ['DDLK_MARK'], os.getcwd(), flush=True); time.sleep(600)"
+)
+
+
+def _start_worker(cluster, host, cwd, **opts):
+    """A watched worker on ``host`` over SSH; its stdin pipe keeps it alive."""
+    argv = remote_argv(
+        [sys.executable, "-c", WORKER], python=sys.executable, env={"DDLK_MARK": "m 1"}, cwd=cwd
+    )
     session = subprocess.Popen(
-        ssh_argv(host.address, [sys.executable, "-c", "import time; time.sleep(600)"], options),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        ssh_argv(host.address, argv, dataclasses.replace(cluster.options, **opts)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert session.stdout.readline() == f"m 1 {cwd}\n"  # env and cwd arrived
+    assert wait_until(lambda: len(netns.pids_in(host)) >= 5, timeout=30)
+    return session
+
+
+def _only_sshd_left(cluster, host) -> bool:
+    return set(netns.pids_in(host)) == {cluster.pids[cluster.hosts.index(host)]}
+
+
+def test_killing_the_local_ssh_ends_the_remote_worker_and_its_children(cluster, tmp_path):
+    host = cluster.hosts[0]
+    session = _start_worker(cluster, host, str(tmp_path))
+    session.kill()  # as a crashed launcher: nothing is sent to the host
+    session.communicate()
+    assert wait_until(lambda: _only_sshd_left(cluster, host), timeout=30)
+
+
+def test_cut_link_mid_run_ends_the_session_then_host_is_unreachable(cluster, tmp_path):
+    host = cluster.hosts[1]
+    session = _start_worker(cluster, host, str(tmp_path), alive_interval=1, alive_count=3)
     try:
-        assert wait_until(lambda: len(netns.pids_in(host)) > 1, timeout=30)  # sleeper started
         netns.cut_link(host)
         start = time.monotonic()
         session.wait(timeout=60)  # ServerAlive ends it after ~3 s of silence
         assert session.returncode == 255 and time.monotonic() - start < 60
+        # sshd's ClientAlive drops the session on the host too: the watchdog ends the worker
+        assert wait_until(lambda: _only_sshd_left(cluster, host), timeout=60)
         report = check_hosts(
             cluster.addresses, dataclasses.replace(cluster.options, connect_timeout=3)
         )
@@ -195,7 +226,7 @@ def test_cut_link_mid_run_ends_the_session_then_host_is_unreachable(cluster):
     finally:
         if session.poll() is None:
             session.kill()
-            session.wait()
+        session.communicate()
         netns.restore_link(host)
 
 

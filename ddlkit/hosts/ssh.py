@@ -164,3 +164,60 @@ def run_on(
             reachable=done.returncode != 255,
         )
     return done
+
+
+# Runs on the host: starts the command in its own process group and ends that group when
+# the SSH session's stdin closes (the launcher died, stopped the job, or the link is gone and
+# sshd dropped the session), when it is signalled, or when the command exits.
+WATCHDOG = """\
+import os, signal, subprocess, sys, threading
+child = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, start_new_session=True)
+def end(sig=signal.SIGTERM):
+    try:
+        os.killpg(child.pid, sig)
+        child.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+def watch():
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    end()
+threading.Thread(target=watch, daemon=True).start()
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(s, lambda n, f: end(n))
+code = child.wait()
+try:
+    os.killpg(child.pid, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def remote_argv(
+    argv: Sequence[str],
+    *,
+    python: str,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> list[str]:
+    """The command to give `ssh_argv`: ``argv`` in ``cwd`` with ``env`` added, under a watchdog.
+
+    ssh forwards no environment, so variables go through ``env NAME=VALUE``; the watchdog
+    (run by the host's ``python``) ends the command's whole process group when the session's
+    stdin closes, so keep the local ssh's stdin an open pipe while the command should run.
+    """
+    if not argv:
+        raise ConfigError("ssh: an empty command; give the argv to run on the host")
+    pairs = []
+    for name, value in (env or {}).items():
+        if not (name.isascii() and name.replace("_", "a").isalnum() and not name[:1].isdigit()):
+            raise ConfigError(f"ssh: environment name {name!r}; use letters, digits and _")
+        pairs.append(f"{name}={value}")
+    chdir = ["--chdir", cwd] if cwd is not None else []
+    return ["env", *chdir, *pairs, python, "-c", WATCHDOG, *argv]

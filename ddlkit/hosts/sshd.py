@@ -81,6 +81,9 @@ def sshd_config(address: str, port: int, keys: SshdKeys, pid_file: Path) -> str:
             "PermitUserEnvironment no",
             "X11Forwarding no",
             "AllowTcpForwarding no",
+            # drop a session whose client went silent (link cut): its stdin closes
+            "ClientAliveInterval 2",
+            "ClientAliveCountMax 3",
             "LogLevel INFO",
             "",
         ]
