@@ -6,6 +6,7 @@ Needs root, iproute2 (`ip`) and openssh-server/-client; skipped with the reason 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import platform
 import subprocess
@@ -248,3 +249,56 @@ def test_hosts_and_sshd_are_gone_after_exit_also_on_error(tmp_path):
     assert not set(names) & set(netns.existing())
     assert wait_until(lambda: not any(alive(p) for p in [*pids, *inside]), timeout=30)
     assert f"dk{names[0][4:-2]}" not in _links()  # bridge and veth ends are gone
+
+
+MWMS_SMOKE = """\
+import json, os
+import tensorflow as tf
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(index + 1.0)), axis=None)
+print("sum", float(total), flush=True)
+"""
+
+
+def test_two_host_mwms_all_reduce_over_ssh(cluster, tmp_path):
+    """Two TensorFlow workers, one per namespaced host, started over SSH, all-reduce over gRPC."""
+    port = 29650
+    assert check_hosts(cluster.addresses, cluster.options, ports=[port]).ok
+    script = tmp_path / "smoke.py"
+    script.write_text(MWMS_SMOKE)
+    workers = [f"{a}:{port}" for a in cluster.addresses]
+    sessions, logs = [], []
+    try:
+        for index, host in enumerate(cluster.hosts):
+            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            env = {
+                "TF_CONFIG": json.dumps(tf_config),
+                "CUDA_VISIBLE_DEVICES": "",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+            }
+            argv = remote_argv(
+                [sys.executable, str(script)], python=sys.executable, env=env, cwd=str(tmp_path)
+            )
+            # the worker's output comes back over SSH into a local log; stdin stays open
+            logs.append(tmp_path / f"worker-{index}.log")
+            with logs[-1].open("w") as log:
+                sessions.append(
+                    subprocess.Popen(
+                        ssh_argv(host.address, argv, cluster.options),
+                        stdin=subprocess.PIPE,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        for s, log in zip(sessions, logs, strict=True):
+            assert s.wait(timeout=300) == 0, log.read_text()[-2000:]
+            assert log.read_text().strip().splitlines()[-1] == "sum 3.0"
+    finally:
+        for s in sessions:
+            if s.poll() is None:
+                s.kill()
+            s.wait()
+            s.stdin.close()
+    for host in cluster.hosts:
+        assert wait_until(lambda h=host: _only_sshd_left(cluster, h), timeout=30)
