@@ -59,17 +59,25 @@ def test_netns_plan_names_addresses_and_commands():
     p = netns.plan(2, subnet=7, tag="ab1")
     assert [h.address for h in p.hosts] == ["10.213.7.1", "10.213.7.2"]
     assert p.gateway == "10.213.7.254"
-    names = [h.name for h in p.hosts] + [p.bridge] + [h.inner for h in p.hosts]
+    names = [h.name for h in p.hosts] + [p.bridge] + [h.outer for h in p.hosts]
     assert len(set(names)) == len(names)
+    assert {h.inner for h in p.hosts} == {"eth0"}  # one name on every host, as Horovod needs
     assert all(len(n) <= 15 for n in names)  # Linux interface-name limit
     cmds = netns.create_commands(p)
     assert all(isinstance(c, list) and c[0] == "ip" for c in cmds)
     assert ["ip", "netns", "add", "ddlkab1h1"] in cmds
-    assert ["ip", "-n", "ddlkab1h0", "addr", "add", "10.213.7.1/24", "dev", "dkab1i0"] in cmds
+    assert ["ip", "-n", "ddlkab1h0", "addr", "add", "10.213.7.1/24", "dev", "eth0"] in cmds
     assert ["ip", "-n", "ddlkab1h0", "link", "set", "lo", "up"] in cmds
     assert netns.destroy_commands(p)[-1] == ["ip", "link", "del", "dkab1br"]
     assert netns.cut_link_commands(p.hosts[1]) == [
-        ["ip", "-n", "ddlkab1h1", "link", "set", "dkab1i1", "down"]
+        ["ip", "-n", "ddlkab1h1", "link", "set", "eth0", "down"]
+    ]
+    assert netns.route_commands(p, ["192.0.2.2"])[1] == [
+        "ip", "-n", "ddlkab1h1", "route", "add", "192.0.2.2/32", "via", "10.213.7.254"
+    ]  # fmt: skip
+    assert netns.hosts_file_text(p.hosts[1], "vm").splitlines() == [
+        "127.0.0.1 localhost",
+        "10.213.7.2 vm",
     ]
     assert p.hosts[0].exec_argv(["true"]) == ["ip", "netns", "exec", "ddlkab1h0", "true"]
 

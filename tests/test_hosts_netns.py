@@ -43,6 +43,7 @@ def cluster(tmp_path_factory):
     assert not {h.name for h in hosts} & set(netns.existing())
     assert not any(h.outer in _links() for h in hosts)
     assert not any(alive(p) for p in c.pids)
+    assert not any((netns.NETNS_ETC / h.name).exists() for h in hosts)
 
 
 def test_ssh_runs_argv_inside_each_host(cluster):
@@ -55,6 +56,10 @@ def test_ssh_runs_argv_inside_each_host(cluster):
         ns, args = done.stdout.strip().split(" ", 1)
         assert ns == os.readlink(f"/proc/{pid}/ns/net") != mine  # ran in that host's namespace
         assert args == "['a b', '$HOME;x']"  # arguments arrive as given, unexpanded
+        # each host resolves the machine's hostname to its own address (Gloo relies on it)
+        resolve = "import socket; print(socket.gethostbyname(socket.gethostname()))"
+        named = run_on(host.address, [sys.executable, "-c", resolve], cluster.options, timeout=60)
+        assert named.stdout.strip() == host.address
         seen.add(ns)
     assert len(seen) == 2
     # the program's own exit status comes back; ssh failures raise, naming host and fix

@@ -18,17 +18,22 @@ import itertools
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddlkit.errors import ConfigError, MissingSystemPackageError
 
 PREFIX = "10.213"
 MAX_HOSTS = 200
+# Every host's interface has this name, as on real machines: Horovod's launcher needs a
+# routable interface of the same name on all hosts.
+INNER = "eth0"
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ def plan(n: int, *, subnet: int, tag: str) -> NetnsPlan:
         NetnsHost(
             name=f"ddlk{tag}h{i}",
             address=f"{PREFIX}.{subnet}.{i + 1}",
-            inner=f"dk{tag}i{i}",
+            inner=INNER,
             outer=f"dk{tag}o{i}",
         )
         for i in range(n)
@@ -90,8 +95,9 @@ def create_commands(p: NetnsPlan) -> list[list[str]]:
     for h in p.hosts:
         cmds += [
             ["ip", "netns", "add", h.name],
-            ["ip", "link", "add", h.outer, "type", "veth", "peer", "name", h.inner],
-            ["ip", "link", "set", h.inner, "netns", h.name],
+            # the inner end is made inside the namespace, so every host can call it eth0
+            ["ip", "link", "add", h.outer, "type", "veth"]
+            + ["peer", "name", h.inner, "netns", h.name],
             ["ip", "link", "set", h.outer, "master", p.bridge],
             ["ip", "link", "set", h.outer, "up"],
             ["ip", "-n", h.name, "link", "set", "lo", "up"],
@@ -99,6 +105,40 @@ def create_commands(p: NetnsPlan) -> list[list[str]]:
             ["ip", "-n", h.name, "link", "set", h.inner, "up"],
         ]
     return cmds
+
+
+NETNS_ETC = Path("/etc/netns")  # `ip netns exec NAME` bind-mounts NETNS_ETC/NAME/* over /etc
+
+
+def hosts_file_text(host: NetnsHost, hostname: str) -> str:
+    """The host's own /etc/hosts: the machine's hostname names this host's address.
+
+    All hosts share the machine's hostname; Horovod's Gloo resolves it to find its own
+    address, which must be the host's, not 127.0.0.1.
+    """
+    return f"127.0.0.1 localhost\n{host.address} {hostname}\n"
+
+
+def route_commands(p: NetnsPlan, launcher_addresses: Sequence[str]) -> list[list[str]]:
+    """Routes from every host to the launching machine's own addresses, through the bridge.
+
+    Launchers that pick their own address by interface (horovodrun's rendezvous server) may
+    give the hosts an address off their subnet; a /32 route to each such address (no default
+    route) lets the hosts reach the launching machine and nothing beyond it.
+    """
+    return [
+        ["ip", "-n", h.name, "route", "add", f"{a}/32", "via", p.gateway]
+        for h in p.hosts
+        for a in launcher_addresses
+    ]
+
+
+def launcher_addresses(p: NetnsPlan) -> list[str]:
+    """The launching namespace's IPv4 addresses other than loopback and the hosts' subnet."""
+    out = _run(["ip", "-o", "-4", "addr"]).stdout
+    found = [line.split()[3].split("/")[0] for line in out.splitlines() if " inet " in line]
+    subnet = f"{PREFIX}.{p.subnet}."
+    return [a for a in found if not a.startswith(("127.", subnet))]
 
 
 def destroy_commands(p: NetnsPlan) -> list[list[str]]:
@@ -218,6 +258,8 @@ def destroy(p: NetnsPlan) -> None:
     _stop_processes(p.hosts)
     for cmd in destroy_commands(p):
         _run(cmd, check=False)
+    for h in p.hosts:
+        shutil.rmtree(NETNS_ETC / h.name, ignore_errors=True)
 
 
 LOCK = "/run/ddlkit-netns.lock"  # serialises choosing names/subnets between processes
@@ -236,6 +278,7 @@ def _creation_lock() -> Iterator[None]:
 def _check_unused(p: NetnsPlan) -> None:
     """Refuse a plan whose names or subnet exist already: never touch what is not ours."""
     clash = set(existing()) & {h.name for h in p.hosts}
+    clash |= {h.name for h in p.hosts if (NETNS_ETC / h.name).exists()}
     lines = _run(["ip", "-o", "link"]).stdout.splitlines()
     links = {line.split(": ", 2)[1].split("@")[0] for line in lines if ": " in line}
     clash |= links & {p.bridge, *(h.outer for h in p.hosts)}
@@ -269,6 +312,11 @@ def namespaced_hosts(
         try:
             for cmd in create_commands(p):
                 _run(cmd)
+            for cmd in route_commands(p, launcher_addresses(p)):
+                _run(cmd)
+            for h in p.hosts:
+                (NETNS_ETC / h.name).mkdir(parents=True)
+                (NETNS_ETC / h.name / "hosts").write_text(hosts_file_text(h, socket.gethostname()))
         except BaseException:
             destroy(p)
             raise
