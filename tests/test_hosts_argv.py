@@ -16,6 +16,8 @@ from ddlkit.hosts.ssh import (
     classify_ssh_failure,
     remote_argv,
     ssh_argv,
+    ssh_options_argv,
+    ssh_shim_text,
 )
 
 
@@ -78,6 +80,10 @@ def test_netns_plan_names_addresses_and_commands():
     assert netns.hosts_file_text(p.hosts[1], "vm").splitlines() == [
         "127.0.0.1 localhost",
         "10.213.7.2 vm",
+    ]
+    assert netns.restore_link_commands(p.hosts[0], ["192.0.2.2"]) == [
+        ["ip", "-n", "ddlkab1h0", "link", "set", "eth0", "up"],
+        ["ip", "-n", "ddlkab1h0", "route", "replace", "192.0.2.2/32", "via", "10.213.7.254"],
     ]
     assert p.hosts[0].exec_argv(["true"]) == ["ip", "netns", "exec", "ddlkab1h0", "true"]
 
@@ -153,3 +159,12 @@ def test_remote_argv_adds_env_and_cwd_through_env_and_a_watchdog():
     for bad in ("", "1A", "A-B", "A=B", "-u"):
         with pytest.raises(ConfigError, match="environment name"):
             remote_argv(["x"], python="p", env={bad: "v"})
+
+
+def test_ssh_shim_puts_our_options_first_without_a_shell(tmp_path):
+    opts = SshOptions(identity="/k/id", known_hosts="/k/kh", config_file="/dev/null")
+    text = ssh_shim_text("/usr/bin/ssh", opts, python="/v/py")
+    assert text.startswith("#!/v/py\n") and "os.execv('/usr/bin/ssh'" in text
+    assert repr(ssh_options_argv(opts)) in text
+    assert ssh_argv("h", ["x"], opts)[1:-3] == ssh_options_argv(opts)
+    compile(text, "shim", "exec")

@@ -9,10 +9,13 @@ import dataclasses
 import json
 import os
 import platform
+import pwd
+import shutil
 import subprocess
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from procutil import alive, wait_until
@@ -20,7 +23,14 @@ from procutil import alive, wait_until
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
 from ddlkit.hosts.preflight import check_hosts
-from ddlkit.hosts.ssh import HostError, SshOptions, remote_argv, run_on, ssh_argv
+from ddlkit.hosts.ssh import (
+    HostError,
+    SshOptions,
+    remote_argv,
+    run_on,
+    ssh_argv,
+    write_ssh_shim,
+)
 
 _WHY = netns.unavailable(try_it=True) or sshd.unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
@@ -234,6 +244,9 @@ def test_cut_link_mid_run_ends_the_session_then_host_is_unreachable(cluster, tmp
             session.kill()
         session.communicate()
         netns.restore_link(host)
+    assert check_hosts(cluster.addresses, cluster.options).ok  # back, routes too
+    routes = subprocess.run(host.exec_argv(["ip", "route"]), capture_output=True, text=True)
+    assert all(f"{a} via {host.gateway}" in routes.stdout for a in netns.launcher_addresses())
 
 
 def test_hosts_and_sshd_are_gone_after_exit_also_on_error(tmp_path):
@@ -305,5 +318,47 @@ def test_two_host_mwms_all_reduce_over_ssh(cluster, tmp_path):
                 s.kill()
             s.wait()
             s.stdin.close()
+    for host in cluster.hosts:
+        assert wait_until(lambda h=host: _only_sshd_left(cluster, h), timeout=30)
+
+
+HVD_SMOKE = """\
+import horovod.tensorflow as hvd
+import tensorflow as tf
+hvd.init()
+total = hvd.allreduce(tf.constant(hvd.rank() + 1.0), op=hvd.Sum)
+print("rank", hvd.rank(), "sum", float(total), flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("horovodrun", path=os.path.dirname(sys.executable)) is None,
+    reason="no horovodrun in the venv: make horovod (scripts/build-horovod.sh)",
+)
+def test_two_host_horovodrun_through_the_ssh_shim(cluster, tmp_path):
+    """horovodrun -H across both hosts; its ssh calls go through our BatchMode options."""
+    known = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh" / "known_hosts"
+    before = known.read_bytes() if known.exists() else None
+    shim_dir = tmp_path / "shim"
+    shim_dir.mkdir()
+    write_ssh_shim(shim_dir, cluster.options)
+    script = tmp_path / "hvd_smoke.py"
+    script.write_text(HVD_SMOKE)
+    venv_bin = os.path.dirname(sys.executable)
+    env = dict(
+        os.environ,
+        PATH=f"{shim_dir}:{venv_bin}:{os.environ['PATH']}",
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    hosts = ",".join(f"{a}:1" for a in cluster.addresses)
+    argv = [f"{venv_bin}/horovodrun", "-np", "2", "-H", hosts, "--gloo"]
+    argv += ["--network-interface", "eth0", "--start-timeout", "60", sys.executable, str(script)]
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} sum 3.0" in done.stdout
+    # our options came first: strict checking against the test's known_hosts, none added
+    assert (known.read_bytes() if known.exists() else None) == before
     for host in cluster.hosts:
         assert wait_until(lambda h=host: _only_sshd_left(cluster, h), timeout=30)

@@ -44,6 +44,7 @@ class NetnsHost:
     address: str
     inner: str  # veth end inside the namespace
     outer: str  # veth end on the bridge, in the launching namespace
+    gateway: str  # the launching namespace's address on the hosts' subnet
 
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
         """The argv that runs ``argv`` inside this host's namespace."""
@@ -79,6 +80,7 @@ def plan(n: int, *, subnet: int, tag: str) -> NetnsPlan:
             address=f"{PREFIX}.{subnet}.{i + 1}",
             inner=INNER,
             outer=f"dk{tag}o{i}",
+            gateway=f"{PREFIX}.{subnet}.254",
         )
         for i in range(n)
     )
@@ -127,18 +129,17 @@ def route_commands(p: NetnsPlan, launcher_addresses: Sequence[str]) -> list[list
     route) lets the hosts reach the launching machine and nothing beyond it.
     """
     return [
-        ["ip", "-n", h.name, "route", "add", f"{a}/32", "via", p.gateway]
+        ["ip", "-n", h.name, "route", "add", f"{a}/32", "via", h.gateway]
         for h in p.hosts
         for a in launcher_addresses
     ]
 
 
-def launcher_addresses(p: NetnsPlan) -> list[str]:
-    """The launching namespace's IPv4 addresses other than loopback and the hosts' subnet."""
+def launcher_addresses() -> list[str]:
+    """The launching namespace's IPv4 addresses other than loopback and hosts' subnets."""
     out = _run(["ip", "-o", "-4", "addr"]).stdout
     found = [line.split()[3].split("/")[0] for line in out.splitlines() if " inet " in line]
-    subnet = f"{PREFIX}.{p.subnet}."
-    return [a for a in found if not a.startswith(("127.", subnet))]
+    return [a for a in found if not a.startswith(("127.", f"{PREFIX}."))]
 
 
 def destroy_commands(p: NetnsPlan) -> list[list[str]]:
@@ -157,8 +158,13 @@ def cut_link_commands(host: NetnsHost) -> list[list[str]]:
     return [["ip", "-n", host.name, "link", "set", host.inner, "down"]]
 
 
-def restore_link_commands(host: NetnsHost) -> list[list[str]]:
-    return [["ip", "-n", host.name, "link", "set", host.inner, "up"]]
+def restore_link_commands(host: NetnsHost, launcher: Sequence[str]) -> list[list[str]]:
+    """Bring the link back up, and the routes to the launcher that went down with it."""
+    up = [["ip", "-n", host.name, "link", "set", host.inner, "up"]]
+    return up + [
+        ["ip", "-n", host.name, "route", "replace", f"{a}/32", "via", host.gateway]
+        for a in launcher
+    ]
 
 
 def _run(cmd: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
@@ -232,7 +238,8 @@ def cut_link(host: NetnsHost) -> None:
 
 
 def restore_link(host: NetnsHost) -> None:
-    for cmd in restore_link_commands(host):
+    """Undo `cut_link`: the link and the host's routes to the launching machine come back."""
+    for cmd in restore_link_commands(host, launcher_addresses()):
         _run(cmd)
 
 
@@ -312,7 +319,7 @@ def namespaced_hosts(
         try:
             for cmd in create_commands(p):
                 _run(cmd)
-            for cmd in route_commands(p, launcher_addresses(p)):
+            for cmd in route_commands(p, launcher_addresses()):
                 _run(cmd)
             for h in p.hosts:
                 (NETNS_ETC / h.name).mkdir(parents=True)

@@ -8,10 +8,14 @@ parsed by a shell as anything but one word.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddlkit.errors import ConfigError, DdlkitError
 
@@ -77,14 +81,10 @@ def check_host(host: str) -> str:
     return host
 
 
-def ssh_argv(host: str, argv: Sequence[str], options: SshOptions = SshOptions()) -> list[str]:
-    """``ssh -o BatchMode=yes ... -- host 'quoted argv'``: run ``argv`` on ``host``."""
-    if not argv:
-        raise ConfigError("ssh: an empty command; give the argv to run on the host")
+def ssh_options_argv(options: SshOptions) -> list[str]:
+    """The ssh options (everything between ``ssh`` and the host) that `SshOptions` stands for."""
     o = options
-    cmd = ["ssh"]
-    if o.config_file is not None:
-        cmd += ["-F", o.config_file]
+    cmd = ["-F", o.config_file] if o.config_file is not None else []
     cmd += [
         "-o", "BatchMode=yes",
         "-o", f"ConnectTimeout={o.connect_timeout}",
@@ -100,7 +100,42 @@ def ssh_argv(host: str, argv: Sequence[str], options: SshOptions = SshOptions())
         cmd += ["-o", "IdentitiesOnly=yes", "-i", o.identity]
     if o.user is not None:
         cmd += ["-l", o.user]
-    return [*cmd, "--", check_host(host), shlex.join(argv)]
+    return cmd
+
+
+def ssh_argv(host: str, argv: Sequence[str], options: SshOptions = SshOptions()) -> list[str]:
+    """``ssh -o BatchMode=yes ... -- host 'quoted argv'``: run ``argv`` on ``host``."""
+    if not argv:
+        raise ConfigError("ssh: an empty command; give the argv to run on the host")
+    return ["ssh", *ssh_options_argv(options), "--", check_host(host), shlex.join(argv)]
+
+
+def ssh_shim_text(real_ssh: str, options: SshOptions, python: str = sys.executable) -> str:
+    """A Python script standing in for ``ssh``: the real one with ``options`` put first.
+
+    For launchers that call ``ssh`` by name with their own options (horovodrun: host-key
+    checking off, no BatchMode): OpenSSH keeps the first value of each ``-o`` option, so
+    ours win. No shell is involved; the options are a Python literal.
+    """
+    opts = ssh_options_argv(options)
+    return (
+        f"#!{python}\n"
+        "import os, sys\n"
+        f"os.execv({real_ssh!r}, [{real_ssh!r}, *{opts!r}, *sys.argv[1:]])\n"
+    )
+
+
+def write_ssh_shim(directory: str | os.PathLike[str], options: SshOptions) -> Path:
+    """Write ``directory/ssh`` (see `ssh_shim_text`); put ``directory`` first on PATH."""
+    real = shutil.which("ssh")
+    if real is None:
+        raise ConfigError("ssh: no `ssh` on PATH; fix: apt-get install openssh-client")
+    path = Path(directory) / "ssh"
+    if Path(real).resolve() == path.resolve():
+        raise ConfigError(f"ssh: {path} is already first on PATH; write the shim elsewhere")
+    path.write_text(ssh_shim_text(real, options))
+    path.chmod(0o755)
+    return path
 
 
 def classify_ssh_failure(host: str, returncode: int, stderr: str, program: str) -> tuple[str, str]:
