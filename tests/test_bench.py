@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ddlkit.bench import config, report, run, stats
+from ddlkit.bench import config, overhead, report, run, stats
 from ddlkit.bench.cli import add_bench_parser
 from ddlkit.bench.config import BenchCase, plan_cases
 from ddlkit.errors import ConfigError, DdlkitError
@@ -167,9 +167,9 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
     path = res.write()
     doc = json.loads(path.read_text())
     assert not list(res.bench_dir.glob("*.tmp"))
-    assert {"schema", "bench_id", "created", "quick", "wall_seconds", "machine", "cases"} <= set(
-        doc
-    )
+    top = {"schema", "bench_id", "created", "quick", "wall_seconds", "machine", "cases"}
+    assert top | {"overhead", "overhead_error"} <= set(doc)
+    assert doc["overhead"] is None and doc["overhead_error"] is None
     assert doc["machine"] == {"cores": [0, 1], "cores_per_worker": 1}
     by = {c["name"]: c for c in doc["cases"]}
     assert list(by) == [
@@ -204,6 +204,11 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
     assert by["horovod-x1"]["examples_per_sec"] is None
     assert by["parameter_server-x1"]["error"] == "chief failed"
     assert by["single-x1"]["efficiency"] == 1.0
+    res.overhead = overhead.Overhead(by_hand=(100.0,), kit=(98.0,))
+    doc = json.loads(res.write().read_text())
+    assert doc["overhead"] == {
+        "by_hand": [100.0], "kit": [98.0], "ratios": [0.98], "ratio_median": 0.98
+    }  # fmt: skip
 
 
 def test_report_table_and_plot(tmp_path):
@@ -235,3 +240,62 @@ def test_cli_bad_repeats_is_one_clear_error_and_nothing_runs(tmp_path, capsys):
     assert main(["--repeats", "0", "--runs-dir", str(tmp_path)]) == 2
     assert "repeats=0" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_by_hand_workers_are_the_tutorial_way_with_the_kits_cores(tmp_path):
+
+    from ddlkit.cluster import ClusterSpec
+
+    cluster = ClusterSpec.local(workers=2)
+    base = {"PATH": "/usr/bin", "DDLKIT_COLLECTOR": "127.0.0.1:1", "DDLKIT_WORKER": "x"}
+    workers = overhead.by_hand_workers(
+        tmp_path / "s.py", ["--epochs", "1"], cluster, [(0,), (1,)], 1, tmp_path, base
+    )
+    assert [w.cpus for w in workers] == [(0,), (1,)]
+    for i, w in enumerate(workers):
+        assert w.argv[1:] == (str(tmp_path / "s.py"), "--epochs", "1")
+        assert json.loads(w.env["TF_CONFIG"])["task"] == {"type": "worker", "index": i}
+        assert w.env["TF_USE_LEGACY_KERAS"] == "1" and w.env["PATH"] == "/usr/bin"
+        assert w.env["TF_NUM_INTRAOP_THREADS"] == "1" and w.env["OMP_NUM_THREADS"] == "1"
+        kit_vars = {k for k in w.env if k.startswith("DDLKIT_")}
+        # the Keras choice and a place for its local metrics file; no collector, no name
+        assert kit_vars == {"DDLKIT_RUNS", "DDLKIT_KERAS"}
+
+
+def test_result_line_and_overhead_ratio():
+
+    out = 'noise\nRESULT {"examples_per_sec": 1.0}\nRESULT {"examples_per_sec": 2.5}\nbye'
+    assert overhead.result_line(out) == {"examples_per_sec": 2.5}
+    with pytest.raises(DdlkitError, match="no RESULT line"):
+        overhead.result_line("Traceback ...")
+    o = overhead.Overhead(by_hand=(100.0, 200.0, 100.0), kit=(99.0, 190.0, 101.0))
+    assert o.ratios == pytest.approx((0.99, 0.95, 1.01))
+    assert o.ratio == pytest.approx(0.99)
+    doc = {"overhead": o.to_dict(), "overhead_error": None}
+    assert "= 0.990 median of 3 pair(s)" in report.overhead_line(doc)
+    assert "FAILED: boom" in report.overhead_line({"overhead": None, "overhead_error": "boom"})
+    assert "not measured" in report.overhead_line({"overhead": None, "overhead_error": None})
+
+
+def test_a_failing_by_hand_worker_raises_and_leaves_nothing_running(tmp_path):
+    import os
+    import sys
+
+    pidfile = tmp_path / "sleeper.pid"
+    sleeper = (
+        f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    env = dict(os.environ)
+    workers = [
+        overhead.HandWorker((sys.executable, "-c", sleeper), env, (0,), tmp_path / "w0.log"),
+        overhead.HandWorker(
+            (sys.executable, "-c", "raise SystemExit(3)"), env, (0,), tmp_path / "w1.log"
+        ),  # fmt: skip
+    ]
+    start = time.monotonic()
+    with pytest.raises(DdlkitError, match="timed out|did not finish|exited with"):
+        overhead.run_by_hand(workers, timeout=5)
+    assert time.monotonic() - start < 30
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -10,10 +10,12 @@ from ddlkit.bench import plan_cases, run_bench
 
 
 @pytest.mark.slow
-def test_tiny_bench_measures_every_case_and_draws_the_plot(tmp_path):
+def test_tiny_bench_measures_every_case_the_overhead_and_draws_the_plot(tmp_path):
     cases = plan_cases(True, 2, False, strategies=("single", "multi_worker"), steps=20, repeats=1)
     lines: list[str] = []
-    result = run_bench(cases, runs_dir=tmp_path, timeout=300, progress=lines.append)
+    result = run_bench(
+        cases, runs_dir=tmp_path, overhead_pairs=1, timeout=300, progress=lines.append
+    )
     doc = json.loads(result.path.read_text())
     by = {c["name"]: c for c in doc["cases"]}
     assert list(by) == ["single-x1", "multi_worker-x1", "multi_worker-x2"]
@@ -27,6 +29,13 @@ def test_tiny_bench_measures_every_case_and_draws_the_plot(tmp_path):
     assert by["multi_worker-x2"]["speedup"] > 0
     assert doc["machine"]["cores_per_worker"] >= 1
     assert result.plot_path.read_bytes()[:4] == b"\x89PNG"
-    # every case ran as its own launched run under the benchmark's directory
+    # every case and the overhead's kit run ran as launched runs under the bench's directory
     assert len(list((result.bench_dir / "runs").iterdir())) == 3
-    assert len(lines) == 3 and all("examples/s" in line for line in lines)
+    assert len(list((result.bench_dir / "overhead" / "runs").iterdir())) == 1
+    assert sum("examples/s" in line for line in lines) == 3
+    overhead = doc["overhead"]
+    assert doc["overhead_error"] is None
+    assert len(overhead["kit"]) == len(overhead["by_hand"]) == 1
+    assert overhead["kit"][0] > 0 and overhead["by_hand"][0] > 0
+    assert overhead["ratio_median"] == overhead["kit"][0] / overhead["by_hand"][0]
+    assert "RESULT " in (result.bench_dir / "overhead" / "by-hand-0" / "hand-0.log").read_text()

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from ddlkit.bench.config import BENCH_STRATEGIES, DATASETS, plan_cases
+from ddlkit.errors import ConfigError
 
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,6 +31,12 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="per replica")
     p.add_argument("--dataset", choices=DATASETS, default="mnist", help="its CNN and data")
     p.add_argument("--runs-dir", default=None, help="default: DDLKIT_RUNS or ./runs")
+    p.add_argument(
+        "--overhead-pairs",
+        type=int,
+        default=None,
+        help="kit vs by-hand run pairs for the overhead ratio (default 1, full 3; 0: skip)",
+    )
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before stopping")
 
 
@@ -50,10 +57,21 @@ def main_bench(args: argparse.Namespace) -> int:
         batch=args.batch_size,
         model=args.dataset,
     )
-    result = run_bench(cases, runs_dir=args.runs_dir, quick=args.quick, timeout=args.timeout)
+    pairs = args.overhead_pairs
+    if pairs is None:
+        pairs = 1 if args.quick else 3
+    if pairs < 0:
+        raise ConfigError(f"--overhead-pairs {pairs}: must be 0 (skip) or more")
+    result = run_bench(
+        cases,
+        runs_dir=args.runs_dir,
+        quick=args.quick,
+        overhead_pairs=pairs,
+        timeout=args.timeout,
+    )
     print(text_report(result.to_dict()))
     print(f"results: {result.path}\nplot: {result.plot_path}")
-    failed = [c.case.name for c in result.cases if c.error]
+    failed = [c.case.name for c in result.cases if c.error] or result.overhead_error
     return 1 if failed else 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from ddlkit._tables import html_table, text_table
@@ -51,12 +52,27 @@ def _caption(doc: dict) -> str:
     )
 
 
+def overhead_line(doc: dict) -> str:
+    """One sentence on the kit's overhead, or why it is missing (pure)."""
+    o = doc.get("overhead")
+    if o:
+        ratios = ", ".join(f"{r:.3f}" for r in o["ratios"])
+        return (
+            f"kit overhead: examples/s through ddlkit (live metrics) / by hand = "
+            f"{o['ratio_median']:.3f} median of {len(o['ratios'])} pair(s) ({ratios}); goal >= 0.97"
+        )
+    if doc.get("overhead_error"):
+        return f"kit overhead: FAILED: {doc['overhead_error']}"
+    return "kit overhead: not measured (--overhead-pairs 0)"
+
+
 def html_report(doc: dict) -> str:
-    return html_table(HEADERS, rows(doc), _caption(doc))
+    table = html_table(HEADERS, rows(doc), _caption(doc))
+    return f"{table}<p>{html.escape(overhead_line(doc))}</p>"
 
 
 def text_report(doc: dict) -> str:
-    return text_table(HEADERS, rows(doc), _caption(doc), rule=True)
+    return text_table(HEADERS, rows(doc), _caption(doc), rule=True) + "\n" + overhead_line(doc)
 
 
 def save_plot(doc: dict, path: str | Path) -> Path:

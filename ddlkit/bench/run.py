@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ddlkit import settings
 from ddlkit.bench.config import BenchCase
+from ddlkit.bench.overhead import Overhead, measure_overhead
 from ddlkit.bench.stats import RunMeasure, Scaling, Spread, measure, scaling, summarize
 from ddlkit.errors import DdlkitError, JobTimeoutError
 from ddlkit.launch import devices, plan, spec
@@ -79,6 +80,8 @@ class BenchResult:
     cores: tuple[int, ...]
     cores_per_worker: int
     quick: bool = False
+    overhead: Overhead | None = None
+    overhead_error: str = ""
     started: float = field(default_factory=time.time)
     wall_seconds: float = 0.0
 
@@ -109,6 +112,8 @@ class BenchResult:
             "wall_seconds": self.wall_seconds,
             "machine": {"cores": list(self.cores), "cores_per_worker": self.cores_per_worker},
             "cases": [r.to_dict(scale.get((r.case.strategy, r.case.workers))) for r in self.cases],
+            "overhead": self.overhead.to_dict() if self.overhead else None,
+            "overhead_error": self.overhead_error or None,
         }
 
     def write(self) -> Path:
@@ -209,13 +214,15 @@ def run_bench(
     runs_dir: str | Path | None = None,
     launch_dir: Path = LAUNCH_DIR,
     quick: bool = False,
+    overhead_pairs: int = 0,
     timeout: float = 900,
     progress: Callable[[str], None] | None = print,
 ) -> BenchResult:
     """Run every case (repeats interleaved: round r runs each case once), write the results.
 
     A failing run is recorded as that case's error and the benchmark goes on;
-    skipped cases are recorded with their reason.
+    skipped cases are recorded with their reason. ``overhead_pairs`` > 0 then measures
+    the kit's overhead (:mod:`ddlkit.bench.overhead`) with as many steps as the cases.
     """
     if not cases:
         raise DdlkitError("no benchmark cases to run. Fix: choose at least one strategy.")
@@ -261,6 +268,24 @@ def run_bench(
                 )
             result.wall_seconds = time.perf_counter() - t0
             result.write()
+    if overhead_pairs > 0:
+        steps = max(c.steps for c in cases)
+        say(f"kit overhead: {overhead_pairs} pair(s) of by-hand and kit runs, {steps} steps")
+        try:
+            result.overhead = measure_overhead(
+                launch_dir / "train_multi_worker.py",
+                pairs=overhead_pairs,
+                steps=steps,
+                cores=cores,
+                workdir=bench_dir / "overhead",
+                timeout=timeout,
+            )
+        except DdlkitError as exc:
+            result.overhead_error = str(exc)
+            say(f"kit overhead: FAILED: {exc}")
+        else:
+            o = result.overhead
+            say(f"kit overhead: ratio {o.ratio:.3f} (kit {o.kit}, by hand {o.by_hand})")
     result.wall_seconds = time.perf_counter() - t0
     result.write()
     from ddlkit.bench.report import save_plot

@@ -1,0 +1,168 @@
+"""The kit's own overhead: a job launched through ddlkit with live metrics vs by hand.
+
+The same 2-worker MultiWorkerMirroredStrategy script runs both ways, alternating, in
+one benchmark: by hand as TensorFlow's tutorial starts it (one ``python`` per worker
+with its ``TF_CONFIG``), through :func:`ddlkit.launch.start` with the metrics
+collector on. Both sides get the same cores and thread counts, so the ratio measures
+the launcher and live metrics alone. Throughput is what the script itself measures
+(its ``RESULT`` line: examples trained / fit wall time), the same way on both sides.
+Ratio kit / by hand: 1.0 is no overhead; the issue's goal is at least 0.97.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ddlkit.backend import keras_env
+from ddlkit.cluster import ClusterSpec
+from ddlkit.errors import DdlkitError, JobTimeoutError
+from ddlkit.launch import spec
+
+WORKERS = 2
+
+
+@dataclass(frozen=True)
+class HandWorker:
+    """One process started by hand: its command, whole environment and cores."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cpus: tuple[int, ...]
+    log: Path
+
+
+def by_hand_workers(
+    script: Path,
+    args: Sequence[str],
+    cluster: ClusterSpec,
+    cpus: Sequence[tuple[int, ...]],
+    threads: int,
+    workdir: Path,
+    base_env: dict[str, str],
+) -> list[HandWorker]:
+    """The processes of a by-hand run (pure): TF_CONFIG, Keras choice, threads, nothing else.
+
+    ddlkit's own variables are left out of `base_env`, so the script runs as it would
+    without the kit (its local metrics file goes to `workdir`, no collector).
+    """
+    clean = {k: v for k, v in base_env.items() if not k.startswith("DDLKIT_")}
+    workers = []
+    for i, task in enumerate(t for t in cluster.tasks if t.role == "worker"):
+        env = {**clean, **keras_env("tf-keras"), **spec.thread_env(threads)}
+        env["TF_CONFIG"] = cluster.tf_config_json(task)
+        env["DDLKIT_RUNS"] = str(workdir)
+        argv = (sys.executable, str(script), *args)
+        workers.append(HandWorker(argv, env, tuple(cpus[i]), workdir / f"hand-{i}.log"))
+    return workers
+
+
+def result_line(text: str) -> dict:
+    """The last ``RESULT {...}`` line a worker script printed (launch/_common.py report)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        raise DdlkitError(f"no RESULT line in the worker's output; its end:\n{text[-1500:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def run_by_hand(workers: Sequence[HandWorker], timeout: float) -> float:
+    """Start every worker, wait for all; the first worker's examples/s. Nothing is left
+    running: on failure or timeout every worker is killed."""
+    procs = []
+    try:
+        for w in workers:
+            w.log.parent.mkdir(parents=True, exist_ok=True)
+            with open(w.log, "w") as log:
+                procs.append(
+                    subprocess.Popen(
+                        w.argv,
+                        env=w.env,
+                        cwd=w.log.parent,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        preexec_fn=lambda cpus=w.cpus: os.sched_setaffinity(0, cpus),
+                    )
+                )
+        for p, w in zip(procs, workers, strict=True):
+            if p.wait(timeout=timeout) != 0:
+                raise DdlkitError(
+                    f"by-hand worker {w.argv[1]} exited with {p.returncode}; log: {w.log}"
+                )
+    except subprocess.TimeoutExpired:
+        raise DdlkitError(f"by-hand run did not finish in {timeout:.0f} s") from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return float(result_line(workers[0].log.read_text())["examples_per_sec"])
+
+
+def run_through_kit(script: Path, args: Sequence[str], runs_dir: Path, timeout: float) -> float:
+    from ddlkit.launch.run import start
+
+    run = start(script, strategy="multi_worker", workers=WORKERS, args=args, runs_dir=runs_dir)
+    try:
+        run.wait(timeout=timeout)
+    except JobTimeoutError:
+        raise DdlkitError(f"kit run {run.run_id} did not finish in {timeout:.0f} s") from None
+    finally:
+        if not run.job.done:
+            run.stop()
+    return float(run.results()["worker-0"]["examples_per_sec"])
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Kit vs by-hand examples/s, pair by pair, and the median ratio."""
+
+    by_hand: tuple[float, ...]
+    kit: tuple[float, ...]
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        return tuple(k / h for k, h in zip(self.kit, self.by_hand, strict=True))
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratios": list(self.ratios), "ratio_median": self.ratio}
+
+
+def measure_overhead(
+    script: Path,
+    *,
+    pairs: int,
+    steps: int,
+    cores: tuple[int, ...],
+    workdir: Path,
+    timeout: float = 900,
+) -> Overhead:
+    """`pairs` alternating by-hand and kit runs of `script` with 2 workers, `steps` steps.
+
+    Each worker gets the cores the launcher would give it (ddlkit.launch.devices.assign).
+    """
+    from ddlkit.launch import devices
+
+    if pairs < 1:
+        raise DdlkitError(f"overhead pairs={pairs}: need at least 1")
+    shares = devices.assign(WORKERS, cores)
+    cpus = [s.cpus or cores for s in shares]
+    threads = shares[0].threads or 1
+    args = ["--epochs", "1", "--steps-per-epoch", str(steps)]
+    hand, kit = [], []
+    for i in range(pairs):
+        cluster = ClusterSpec.local(workers=WORKERS)  # fresh free ports each time
+        hand_dir = workdir / f"by-hand-{i}"
+        workers = by_hand_workers(script, args, cluster, cpus, threads, hand_dir, dict(os.environ))
+        hand.append(run_by_hand(workers, timeout))
+        kit.append(run_through_kit(script, args, workdir / "runs", timeout))
+    return Overhead(tuple(hand), tuple(kit))
