@@ -3,8 +3,12 @@
 Each host is a namespace with its own address on ``10.213.<subnet>.0/24``; a bridge in the
 launching namespace (address ``.254``) joins them, so the launching machine reaches every
 host and the hosts reach each other. Processes inside a namespace share the filesystem, so
-one venv serves all hosts. The commands are built first as plain argv lists
-(`create_commands`, `destroy_commands`, `cut_link_commands`) and run in one place (`_run`).
+one venv serves all hosts. As on real machines, every host's interface is ``eth0`` and the
+machine's hostname resolves to the host's own address (a per-host /etc/hosts through
+/etc/netns/NAME); /32 routes reach the launching machine's own addresses, nothing beyond.
+The commands are built first as plain argv lists (`create_commands`, `route_commands`,
+`destroy_commands`, `cut_link_commands`) and run in one place (`_run`). On exit everything
+still running inside the hosts is stopped (SIGTERM, then SIGKILL) before they are deleted.
 
     with namespaced_hosts(2) as hosts:
         hosts[0].address   # '10.213.7.1'
