@@ -23,6 +23,7 @@ _SUBMODULES = {
     "errors",
     "faults",
     "horovod",
+    "hosts",
     "launch",
     "metrics",
     "mirrored",
