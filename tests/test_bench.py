@@ -260,6 +260,7 @@ def test_by_hand_workers_are_the_tutorial_way_with_the_kits_cores(tmp_path):
         kit_vars = {k for k in w.env if k.startswith("DDLKIT_")}
         # the Keras choice and a place for its local metrics file; no collector, no name
         assert kit_vars == {"DDLKIT_RUNS", "DDLKIT_KERAS"}
+        assert w.env["DDLKIT_RUNS"] == str(w.runs) == str(tmp_path / f"hand-{i}")
 
 
 def test_result_line_and_overhead_ratio():
@@ -294,7 +295,7 @@ def test_a_failing_by_hand_worker_raises_and_leaves_nothing_running(tmp_path):
     ]
     start = time.monotonic()
     with pytest.raises(DdlkitError, match="timed out|did not finish|exited with"):
-        overhead.run_by_hand(workers, timeout=5)
+        overhead.run_by_hand(workers, timeout=5, steps=10)
     assert time.monotonic() - start < 30
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):

@@ -37,5 +37,6 @@ def test_tiny_bench_measures_every_case_the_overhead_and_draws_the_plot(tmp_path
     assert doc["overhead_error"] is None
     assert len(overhead["kit"]) == len(overhead["by_hand"]) == 1
     assert overhead["kit"][0] > 0 and overhead["by_hand"][0] > 0
+    assert 0.3 < overhead["ratio_median"] < 3  # same job both ways: the same order
     assert overhead["ratio_median"] == overhead["kit"][0] / overhead["by_hand"][0]
     assert "RESULT " in (result.bench_dir / "overhead" / "by-hand-0" / "hand-0.log").read_text()

@@ -4,13 +4,18 @@ The same 2-worker MultiWorkerMirroredStrategy script runs both ways, alternating
 one benchmark: by hand as TensorFlow's tutorial starts it (one ``python`` per worker
 with its ``TF_CONFIG``), through :func:`ddlkit.launch.start` with the metrics
 collector on. Both sides get the same cores and thread counts, so the ratio measures
-the launcher and live metrics alone. Throughput is what the script itself measures
-(its ``RESULT`` line: examples trained / fit wall time), the same way on both sides.
+the launcher and live metrics alone. Throughput is the steady-state rate of the step
+records (after the warm-up, all workers added up: :func:`ddlkit.bench.stats.measure`'s
+rule), from the collector through the kit and from the script's local metrics files by
+hand. Not the rate in the script's ``RESULT`` line: a worker's fit time includes
+waiting for the other to start, so worker 0's rate swings with which one started last
+(measured: 692 vs 1301 examples/s for the same job).
 Ratio kit / by hand: 1.0 is no overhead; the issue's goal is at least 0.97.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -21,21 +26,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ddlkit.backend import keras_env
+from ddlkit.bench.stats import steady, warmup_steps
 from ddlkit.cluster import ClusterSpec
 from ddlkit.errors import DdlkitError, JobTimeoutError
 from ddlkit.launch import spec
+from ddlkit.results import throughput
 
 WORKERS = 2
 
 
 @dataclass(frozen=True)
 class HandWorker:
-    """One process started by hand: its command, whole environment and cores."""
+    """One process started by hand: its command, whole environment, cores, log, and the
+    directory of its local metrics file (``DDLKIT_RUNS``)."""
 
     argv: tuple[str, ...]
     env: dict[str, str]
     cpus: tuple[int, ...]
     log: Path
+    runs: Path | None = None
 
 
 def by_hand_workers(
@@ -57,9 +66,10 @@ def by_hand_workers(
     for i, task in enumerate(t for t in cluster.tasks if t.role == "worker"):
         env = {**clean, **keras_env("tf-keras"), **spec.thread_env(threads)}
         env["TF_CONFIG"] = cluster.tf_config_json(task)
-        env["DDLKIT_RUNS"] = str(workdir)
+        runs = workdir / f"hand-{i}"
+        env["DDLKIT_RUNS"] = str(runs)
         argv = (sys.executable, str(script), *args)
-        workers.append(HandWorker(argv, env, tuple(cpus[i]), workdir / f"hand-{i}.log"))
+        workers.append(HandWorker(argv, env, tuple(cpus[i]), workdir / f"hand-{i}.log", runs))
     return workers
 
 
@@ -71,9 +81,26 @@ def result_line(text: str) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-def run_by_hand(workers: Sequence[HandWorker], timeout: float) -> float:
-    """Start every worker, wait for all; the first worker's examples/s. Nothing is left
-    running: on failure or timeout every worker is killed."""
+def hand_records(workers: Sequence[HandWorker]) -> list:
+    """The step records of a finished by-hand run, from each worker's local metrics file
+    (every file names its worker ``local``: renamed ``hand-N`` here)."""
+    from ddlkit.metrics.store import read_jsonl
+
+    out = []
+    for i, w in enumerate(workers):
+        files = sorted(w.runs.glob("*/metrics/*.jsonl")) if w.runs else []
+        if len(files) != 1:
+            raise DdlkitError(
+                f"by-hand worker {i} left {len(files)} metrics files in {w.runs}, expected 1"
+            )
+        records, _gaps = read_jsonl(files[0])
+        out += [dataclasses.replace(r, worker=f"hand-{i}") for r in records]
+    return out
+
+
+def run_by_hand(workers: Sequence[HandWorker], timeout: float, steps: int) -> float:
+    """Start every worker, wait for all; the steady-state examples/s of all of them.
+    Nothing is left running: on failure or timeout every worker is killed."""
     procs = []
     try:
         for w in workers:
@@ -101,10 +128,21 @@ def run_by_hand(workers: Sequence[HandWorker], timeout: float) -> float:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return float(result_line(workers[0].log.read_text())["examples_per_sec"])
+    result_line(workers[0].log.read_text())  # it finished and reported
+    return steady_rate(hand_records(workers), steps)
 
 
-def run_through_kit(script: Path, args: Sequence[str], runs_dir: Path, timeout: float) -> float:
+def steady_rate(records: Sequence, steps: int) -> float:
+    """Examples/s of all workers after the warm-up steps, as the benchmark measures runs."""
+    kept = steady(records, warmup_steps(steps))
+    if not kept:
+        raise DdlkitError(f"no step records after the first {warmup_steps(steps)} steps")
+    return throughput(kept, skip=0)
+
+
+def run_through_kit(
+    script: Path, args: Sequence[str], runs_dir: Path, timeout: float, steps: int
+) -> float:
     from ddlkit.launch.run import start
 
     run = start(script, strategy="multi_worker", workers=WORKERS, args=args, runs_dir=runs_dir)
@@ -115,7 +153,7 @@ def run_through_kit(script: Path, args: Sequence[str], runs_dir: Path, timeout: 
     finally:
         if not run.job.done:
             run.stop()
-    return float(run.results()["worker-0"]["examples_per_sec"])
+    return steady_rate(run.records(), steps)
 
 
 @dataclass(frozen=True)
@@ -163,6 +201,6 @@ def measure_overhead(
         cluster = ClusterSpec.local(workers=WORKERS)  # fresh free ports each time
         hand_dir = workdir / f"by-hand-{i}"
         workers = by_hand_workers(script, args, cluster, cpus, threads, hand_dir, dict(os.environ))
-        hand.append(run_by_hand(workers, timeout))
-        kit.append(run_through_kit(script, args, workdir / "runs", timeout))
+        hand.append(run_by_hand(workers, timeout, steps))
+        kit.append(run_through_kit(script, args, workdir / "runs", timeout, steps))
     return Overhead(tuple(hand), tuple(kit))
