@@ -194,6 +194,7 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
         "test_accuracy",
         "speedup",
         "efficiency",
+        "vs_single",
     }
     assert all(keys <= set(c) for c in doc["cases"])
     mw2 = by["multi_worker-x2"]
@@ -204,6 +205,8 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
     assert by["horovod-x1"]["examples_per_sec"] is None
     assert by["parameter_server-x1"]["error"] == "chief failed"
     assert by["single-x1"]["efficiency"] == 1.0
+    assert mw2["vs_single"] == pytest.approx(1.8) and by["single-x1"]["vs_single"] == 1.0
+    assert by["horovod-x1"]["vs_single"] is None
     res.overhead = overhead.Overhead(by_hand=(100.0,), kit=(98.0,))
     doc = json.loads(res.write().read_text())
     assert doc["overhead"] == {

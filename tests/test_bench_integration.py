@@ -26,6 +26,7 @@ def test_tiny_bench_measures_every_case_the_overhead_and_draws_the_plot(tmp_path
         assert case["step_time"]["median"] > 0, name
         assert 0.0 <= case["test_accuracy"]["median"] <= 1.0, name
     assert by["multi_worker-x1"]["efficiency"] == 1.0
+    assert by["single-x1"]["vs_single"] == 1.0 and by["multi_worker-x2"]["vs_single"] > 0
     assert by["multi_worker-x2"]["speedup"] > 0
     assert doc["machine"]["cores_per_worker"] >= 1
     assert result.plot_path.read_bytes()[:4] == b"\x89PNG"

@@ -14,6 +14,7 @@ HEADERS = (
     "ms/step",
     "speed-up vs x1",
     "efficiency",
+    "vs single-x1",
     "test acc",
     "note",
 )
@@ -37,6 +38,7 @@ def rows(doc: dict) -> list[tuple]:
                 _fmt(step and step["median"] * 1000, ".1f"),
                 _fmt(c["speedup"], ".2f"),
                 _fmt(c["efficiency"], ".0%"),
+                _fmt(c["vs_single"], ".2f"),
                 _fmt(acc and acc["median"], ".3f"),
                 note or None,
             )

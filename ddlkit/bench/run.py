@@ -50,7 +50,7 @@ class CaseResult:
     def spread(self, attr: str) -> Spread | None:
         return summarize([getattr(r, attr) for r in self.runs]) if self.runs else None
 
-    def to_dict(self, scale: Scaling | None) -> dict:
+    def to_dict(self, scale: Scaling | None, single: float | None = None) -> dict:
         c = self.case
         out = {
             "name": c.name,
@@ -69,6 +69,9 @@ class CaseResult:
             out[attr] = s.to_dict() if s else None
         out["speedup"] = scale.speedup if scale else None
         out["efficiency"] = scale.efficiency if scale else None
+        # against one device without a strategy: what distribution buys overall
+        rate = out["examples_per_sec"]
+        out["vs_single"] = rate["median"] / single if rate and single else None
         return out
 
 
@@ -103,6 +106,8 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         scale = self.scaling()
+        base = [r for r in self.cases if r.case.strategy == "single" and r.ok]
+        single = base[0].spread("examples_per_sec").median if base else None
         return {
             "schema": SCHEMA_VERSION,
             "benchmark": "strategies",
@@ -111,7 +116,9 @@ class BenchResult:
             "quick": self.quick,
             "wall_seconds": self.wall_seconds,
             "machine": {"cores": list(self.cores), "cores_per_worker": self.cores_per_worker},
-            "cases": [r.to_dict(scale.get((r.case.strategy, r.case.workers))) for r in self.cases],
+            "cases": [
+                r.to_dict(scale.get((r.case.strategy, r.case.workers)), single) for r in self.cases
+            ],
             "overhead": self.overhead.to_dict() if self.overhead else None,
             "overhead_error": self.overhead_error or None,
         }
