@@ -303,3 +303,11 @@ def test_a_failing_by_hand_worker_raises_and_leaves_nothing_running(tmp_path):
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_overhead_with_a_missing_script_is_one_clear_error(tmp_path):
+    with pytest.raises(DdlkitError, match="not found"):
+        overhead.measure_overhead(
+            tmp_path / "nope.py", pairs=1, steps=10, cores=(0,), workdir=tmp_path
+        )
+    assert not any(tmp_path.iterdir())

@@ -192,6 +192,9 @@ def measure_overhead(
 
     if pairs < 1:
         raise DdlkitError(f"overhead pairs={pairs}: need at least 1")
+    script = Path(script).resolve()  # by-hand workers run in their own directories
+    if not script.is_file():
+        raise DdlkitError(f"script {script} not found. Fix: pass launch/train_multi_worker.py.")
     shares = devices.assign(WORKERS, cores)
     cpus = [s.cpus or cores for s in shares]
     threads = shares[0].threads or 1
