@@ -5,6 +5,7 @@
     ddlkit plot RUN [-o figure.png]
     ddlkit env
     ddlkit data {prepare,status}
+    ddlkit bench [--quick] [--strategies ...] [--repeats N] [--steps N]
 
 Exit codes: 0 success, 1 a worker or the run failed, 2 bad input (nothing
 started), 130 interrupted. Errors go to stderr as one line.
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 from ddlkit import settings
+from ddlkit.bench.cli import add_bench_parser, main_bench
 from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "data_args", nargs=argparse.REMAINDER, help="prepare [--force] [NAME...] | status"
     )
+    add_bench_parser(sub)
     return parser
 
 
@@ -180,6 +183,7 @@ COMMANDS = {
     "plot": cmd_plot,
     "env": cmd_env,
     "data": cmd_data,
+    "bench": main_bench,
 }
 
 

@@ -311,3 +311,17 @@ def test_overhead_with_a_missing_script_is_one_clear_error(tmp_path):
             tmp_path / "nope.py", pairs=1, steps=10, cores=(0,), workdir=tmp_path
         )
     assert not any(tmp_path.iterdir())
+
+
+def test_ddlkit_bench_refuses_bad_input_in_one_line_with_exit_2():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "ddlkit.cli", "bench", "--repeats", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert out.stderr.strip().count("\n") == 0 and "Fix:" in out.stderr
