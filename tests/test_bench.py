@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from factories import step_record
 
 from ddlkit.bench import config, overhead, report, run, stats
 from ddlkit.bench.cli import add_bench_parser
@@ -118,23 +119,13 @@ def test_scaling_is_against_the_same_strategy_with_one_worker():
     assert ("mirrored", 2) not in out
 
 
-def _step(worker, step, rate, step_time):
-    return Record(
-        kind="step",
-        worker=worker,
-        step=step,
-        epoch=0,
-        wall_time=time.time(),
-        seq=step,
-        examples_per_sec=rate,
-        step_time=step_time,
-    )
-
-
 def test_measure_skips_warmup_adds_workers_and_takes_the_slowest_step():
-    records = [_step("worker-0", i, 1.0 if i <= 4 else 100.0, 0.5) for i in range(1, 21)]
-    records += [_step("worker-1", i, 1.0 if i <= 4 else 80.0, 0.5 if i <= 4 else 0.8)
-                for i in range(1, 21)]  # fmt: skip
+    steps = range(1, 21)
+    records = [step_record("worker-0", i, 1.0 if i <= 4 else 100.0, step_time=0.5) for i in steps]
+    records += [
+        step_record("worker-1", i, 1.0 if i <= 4 else 80.0, step_time=0.5 if i <= 4 else 0.8)
+        for i in steps
+    ]
     records.append(Record(kind="epoch", worker="worker-0", step=20, epoch=0, wall_time=0, seq=99))
     m = stats.measure(records, {"test_accuracy": 0.9}, run_id="r", steps=20, wall_seconds=12.0)
     assert stats.warmup_steps(20) == 4

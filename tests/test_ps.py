@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from factories import step_record
 
 from ddlkit import ps
 from ddlkit.errors import DdlkitError
@@ -29,18 +30,6 @@ def _eval(worker: str, seq: int, step: int, seconds: float, accuracy: float) -> 
             "accuracy": accuracy,
             "loss": 1.0 - accuracy,
         },
-    )
-
-
-def _step(worker: str, seq: int, step: int, eps: float) -> Record:
-    return Record(
-        kind="step",
-        worker=worker,
-        step=step,
-        epoch=0,
-        wall_time=time.time(),
-        seq=seq,
-        examples_per_sec=eps,
     )
 
 
@@ -75,7 +64,7 @@ def test_counts_fill_every_value_up_to_the_max_and_round_trip_through_json():
 
 def test_eval_curve_keeps_only_eval_events_in_time_order():
     records = [
-        _step("chief-0", 0, 10, 500.0),
+        step_record("chief-0", 10, 500.0, seq=0),
         _eval("chief-0", 2, 20, 8.0, 0.9),
         _eval("chief-0", 1, 0, 0.0, 0.1),
         Record(kind="event", worker="chief-0", step=0, epoch=0, wall_time=1.0, seq=3,
@@ -121,14 +110,14 @@ def test_compare_reads_two_run_directories_and_shows_a_table_and_a_figure(tmp_pa
     _write_run(
         sync_dir,
         [_eval("worker-0", 0, 0, 0.0, 0.1), _eval("worker-0", 1, 10, 4.0, 0.93)]
-        + [_step("worker-0", 2 + i, i, 300.0) for i in range(3)]
-        + [_step("worker-1", i, i, 200.0) for i in range(3)],
+        + [step_record("worker-0", i, 300.0, seq=2 + i) for i in range(3)]
+        + [step_record("worker-1", i, 200.0, seq=i) for i in range(3)],
         {"worker-0": {"test_accuracy": 0.93}, "worker-1": {"test_accuracy": 0.93}},
     )
     _write_run(
         async_dir,
         [_eval("chief-0", 0, 0, 0.0, 0.1), _eval("chief-0", 1, 20, 6.0, 0.91)]
-        + [_step("chief-0", 2 + i, i, 450.0) for i in range(3)],
+        + [step_record("chief-0", i, 450.0, seq=2 + i) for i in range(3)],
         {"chief-0": {"staleness_counts": {"0": 3, "1": 6, "2": 1}}},
     )
     view = ps.compare(sync_dir, async_dir)
@@ -151,7 +140,7 @@ def test_compare_reads_two_run_directories_and_shows_a_table_and_a_figure(tmp_pa
 
 
 def test_a_run_without_eval_events_is_refused_with_the_fix(tmp_path):
-    _write_run(tmp_path / "r", [_step("worker-0", 0, 1, 10.0)], {})
+    _write_run(tmp_path / "r", [step_record("worker-0", 1, 10.0, seq=0)], {})
     with pytest.raises(DdlkitError, match="--eval-every"):
         ps.load(tmp_path / "r")
 
@@ -178,9 +167,9 @@ def test_placement_names_the_task_of_every_shard_and_adds_up_what_each_holds():
 
 
 def test_throughput_around_a_step_leaves_out_the_first_record():
-    records = [_step("chief-0", i, 10 * (i + 1), eps) for i, eps in
+    records = [step_record("chief-0", 10 * (i + 1), eps, seq=i) for i, eps in
                enumerate([50.0, 400.0, 420.0, 410.0, 300.0, 280.0, 320.0])]  # fmt: skip
-    records.append(_step("other", 0, 10, 9999.0))
+    records.append(step_record("other", 10, 9999.0, seq=0))
     assert ps.throughput_around(records, 40) == (410.0, 300.0)
     with pytest.raises(DdlkitError, match="kill later"):
         ps.throughput_around(records, 10)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import step_record
 
 from ddlkit import results
 from ddlkit.errors import DdlkitError
@@ -115,17 +116,10 @@ def _report(**over):
     return base
 
 
-def _step(worker, step, rate):
-    from ddlkit.metrics import Record
-
-    return Record(kind="step", worker=worker, step=step, epoch=0, examples_per_sec=rate,
-                  wall_time=1000.0 + step, seq=step)  # fmt: skip
-
-
 def test_from_run_speaks_for_worker_0_and_adds_up_the_workers_steady_rates(tmp_path, monkeypatch):
     monkeypatch.setenv("DDLKIT_FAST", "0")
     reports = {"worker-1": _report(test_accuracy=0.1), "worker-0": _report()}
-    records = [_step(w, i, 500.0 if i > 5 else 5.0) for w in ("worker-0", "worker-1")
+    records = [step_record(w, i, 500.0 if i > 5 else 5.0) for w in ("worker-0", "worker-1")
                for i in range(12)]  # fmt: skip
     r = results.from_run(_Run(tmp_path, reports, records), "mwms", "MultiWorkerMirrored")
     assert (r.test_accuracy, r.examples_per_sec, r.workers, r.steps) == (0.9, 1000.0, 2, 40)
