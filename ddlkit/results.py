@@ -144,7 +144,7 @@ def from_run(
         name=name,
         strategy=strategy,
         dataset=str(report["dataset"]),
-        workers=run.config.workers,
+        workers=_worker_processes(run.config),
         replicas=int(report["replicas"]),
         global_batch=int(report["global_batch"]),
         epochs=float(report["epochs"]),
@@ -155,6 +155,12 @@ def from_run(
         synthetic_data=bool(report.get("synthetic_data", False)),
         notes=notes,
     )
+
+
+def _worker_processes(config) -> int:
+    """Compute processes of a launched run: MirroredStrategy is one process, whatever its
+    replica count (``config.workers``); other strategies run one process per worker."""
+    return 1 if config.strategy == "mirrored" else config.workers
 
 
 def results_dir() -> Path:

@@ -93,11 +93,11 @@ def test_throughput_without_steps_names_the_fix():
 class _Run:
     """What from_run reads of a launched run: its reports, records, id, dir and config."""
 
-    def __init__(self, tmp_path, reports, records=(), workers=2):
+    def __init__(self, tmp_path, reports, records=(), workers=2, strategy="multi_worker"):
         import types
 
         self.run_id, self.run_dir = "r1", tmp_path
-        self.config = types.SimpleNamespace(workers=workers)
+        self.config = types.SimpleNamespace(workers=workers, strategy=strategy)
         self._reports, self._records = reports, list(records)
 
     def results(self):
@@ -131,6 +131,12 @@ def test_from_run_prefers_the_chief_and_falls_back_to_the_reported_rate(tmp_path
     reports = {"worker-0": _report(test_accuracy=0.1), "chief": _report(test_accuracy=0.8)}
     r = results.from_run(_Run(tmp_path, reports), "ps", "ParameterServer", notes="2 ps")
     assert (r.test_accuracy, r.examples_per_sec, r.notes) == (0.8, 900.0, "2 ps, fast mode")
+
+
+def test_from_run_counts_a_mirrored_run_as_one_process_with_its_replicas(tmp_path):
+    reports = {"main": _report(replicas=4, global_batch=256)}
+    r = results.from_run(_Run(tmp_path, reports, workers=4, strategy="mirrored"), "m", "Mirrored")
+    assert (r.workers, r.replicas, r.global_batch) == (1, 4, 256)
 
 
 def test_from_run_errors_name_the_fix(tmp_path):
