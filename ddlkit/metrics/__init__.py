@@ -8,8 +8,7 @@ when first used.
 
 from __future__ import annotations
 
-import importlib
-
+from ddlkit._lazy import lazy_attributes
 from ddlkit.metrics.collector import Collector, CollectorStats, WorkerStats
 from ddlkit.metrics.records import Record
 from ddlkit.metrics.reporter import Reporter, ReporterStats
@@ -40,13 +39,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ddlkit.metrics' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), __all__)
