@@ -106,6 +106,42 @@ def test_two_ranks_allreduce_gives_the_right_sums_and_a_timeline(horovodrun, tmp
     assert spans.totals()["ALLREDUCE"][0] >= 9  # the nine sums, at least
 
 
+_PIN_PROBE = """
+    import json, os, sys
+    import ddlkit  # noqa: F401
+    import horovod.tensorflow.keras  # noqa: F401  (train_horovod.py's import order)
+    import tensorflow as tf
+    import ddlkit.horovod as dkh
+    hvd = dkh.init()
+    tf.constant(1.0) * 2  # TensorFlow's runtime starts after the pinning
+    tasks = os.listdir("/proc/self/task")
+    out = {
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "thread_affinities": sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in tasks}),
+        "intra": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter": tf.config.threading.get_inter_op_parallelism_threads(),
+        "env": os.environ["TF_NUM_INTRAOP_THREADS"],
+    }
+    with open(sys.argv[1] + f"/rank-{hvd.rank()}.json", "w") as f:
+        json.dump(out, f)
+"""
+
+
+def test_each_rank_pins_itself_to_its_own_core_with_matching_threads(horovodrun, tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip(f"pinning 2 ranks to their own cores needs 2 cores; this machine has {cores}")
+    script = _write(tmp_path, "pin.py", _PIN_PROBE)
+    env = dkh.pinning.rank_cpus_env(cores[:2], ranks=2)
+    proc = _horovodrun(horovodrun, script, str(tmp_path), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [s["affinity"] for s in seen] == [[cores[0]], [cores[1]]]
+    for s in seen:  # every thread of the rank, including Horovod's and TensorFlow's
+        assert s["thread_affinities"] == [s["affinity"]], s
+        assert (s["intra"], s["inter"], s["env"]) == (1, 2, "1"), s
+
+
 def test_allreduce_timing_measures_two_real_ranks(horovodrun):
     timing = dkh.allreduce_timing([4096, 1 << 20], np=2, repeats=3)
     assert timing.ranks == 2 and [p.nbytes for p in timing.points] == [4096, 1 << 20]

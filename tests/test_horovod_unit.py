@@ -233,3 +233,40 @@ def test_warmup_callback_sets_the_rate_of_a_real_fit():
     assert history.history["lr"] == pytest.approx([0.02, 0.02])
     with pytest.raises(ConfigError, match="steps_per_epoch"):
         dkh.LearningRateWarmupCallback(0.02, steps_per_epoch=0, size=2)
+
+
+def test_rank_cpus_gives_each_local_rank_its_own_cores_and_the_env_to_pass():
+    from ddlkit.horovod import pinning
+
+    assert pinning.rank_cpus((0, 1), 2) == [(0,), (1,)]
+    assert pinning.rank_cpus((4, 5, 6, 7), 2) == [(4, 5), (6, 7)]
+    env = pinning.rank_cpus_env((0, 1, 2, 3), 2)
+    assert env["DDLKIT_RANK_CPUS"] == "0,1;2,3"
+    assert env["TF_NUM_INTRAOP_THREADS"] == "2" and env["OMP_NUM_THREADS"] == "2"
+    assert pinning.parse_rank_cpus(env["DDLKIT_RANK_CPUS"]) == [(0, 1), (2, 3)]
+    with pytest.raises(ConfigError, match="only 1 core"):
+        pinning.rank_cpus((0,), 2)
+
+
+def test_cpus_for_rank_reads_the_local_rank_and_refuses_bad_lists():
+    from ddlkit.horovod import pinning
+
+    assert pinning.cpus_for_rank({"DDLKIT_RANK_CPUS": "0;1", "HOROVOD_LOCAL_RANK": "1"}) == (1,)
+    assert pinning.cpus_for_rank({"HOROVOD_LOCAL_RANK": "1"}) is None  # nothing asked
+    assert pinning.cpus_for_rank({"DDLKIT_RANK_CPUS": "0;1"}) is None  # not under horovodrun
+    with pytest.raises(ConfigError, match="local rank 2 has no cores"):
+        pinning.cpus_for_rank({"DDLKIT_RANK_CPUS": "0;1", "HOROVOD_LOCAL_RANK": "2"})
+    with pytest.raises(ConfigError, match="not a core list"):
+        pinning.parse_rank_cpus("0;x")
+    with pytest.raises(ConfigError, match="not a core list"):
+        pinning.parse_rank_cpus("0;;1")
+
+
+def test_pin_rank_refuses_cores_this_process_may_not_use():
+    from ddlkit.horovod import pinning
+
+    env = {"DDLKIT_RANK_CPUS": "0;4096", "HOROVOD_LOCAL_RANK": "1"}
+    before = os.sched_getaffinity(0)
+    with pytest.raises(ConfigError, match=r"\[4096\] are not available"):
+        pinning.pin_rank(env)
+    assert os.sched_getaffinity(0) == before and "TF_NUM_INTRAOP_THREADS" not in env

@@ -7,8 +7,9 @@ The one place that starts processes for a benchmark. Fairness on a small machine
 case with N workers gets the first N x k cores (k = cores per worker, the same in every
 case) and the launcher pins each worker to its own of them with matching thread counts;
 processes the launcher does not pin (the mirrored and single-device process, PS chief
-and ps tasks, horovodrun's ranks) inherit that core set, and Horovod ranks get the
-thread counts through their environment.
+and ps tasks) inherit that core set. horovodrun starts its ranks itself, so it gets
+one core list per local rank in ``DDLKIT_RANK_CPUS`` and each rank pins itself in
+``ddlkit.horovod.init()`` (:mod:`ddlkit.horovod.pinning`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ddlkit.bench.config import BenchCase
 from ddlkit.bench.overhead import Overhead, measure_overhead
 from ddlkit.bench.stats import RunMeasure, Scaling, Spread, measure, scaling, summarize
 from ddlkit.errors import DdlkitError, JobTimeoutError
+from ddlkit.horovod import pinning
 from ddlkit.launch import devices, plan, spec
 from ddlkit.launch.runs import new_run_id
 
@@ -185,7 +187,9 @@ def run_case_once(
     """One run of `case` on `cpus`: start it, wait, measure it from its step records."""
     from ddlkit.launch.run import start
 
-    env = spec.thread_env(threads) if case.strategy == "horovod" else {}
+    env = {}
+    if case.strategy == "horovod":  # horovodrun starts the ranks: each pins itself in init()
+        env = {**spec.thread_env(threads), **pinning.rank_cpus_env(cpus, case.workers)}
     t0 = time.perf_counter()
     with _limited(cpus, env):
         run = start(

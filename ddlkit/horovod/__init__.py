@@ -3,7 +3,8 @@
 Importing this package is cheap: Horovod and TensorFlow load on first use.
 
 - :func:`init`: ``hvd.init()`` plus naming the rank (``rank-N``) for metrics and
-  results, and ending it with ``horovodrun`` (:mod:`ddlkit.horovod.ranks`).
+  results, and ending it with ``horovodrun`` (:mod:`ddlkit.horovod.ranks`), and pinning
+  the rank to its own cores when the launcher asks (:mod:`ddlkit.horovod.pinning`).
 - :func:`MetricAverageCallback`, :func:`LearningRateWarmupCallback`: on tf-keras and
   Keras 3 (Horovod's own fail on tf-keras 2.21).
 - :class:`DistributedGradientTape`, :func:`broadcast_variables`, :func:`tf_variables`:

@@ -7,7 +7,9 @@
 
 Under ``horovodrun`` every rank gets ``DDLKIT_WORKER=rank-N`` (its metrics file, its
 dashboard row, its ``report()`` file) and dies with the launcher
-(:mod:`ddlkit.horovod.ranks`). When no ddlkit launcher gave a run directory
+(:mod:`ddlkit.horovod.ranks`). When the launcher gave one core list per local rank
+(``DDLKIT_RANK_CPUS``), the rank pins itself to its own and sizes TensorFlow's thread
+pools to match (:mod:`ddlkit.horovod.pinning`). When no ddlkit launcher gave a run directory
 (``horovodrun`` typed by hand), rank 0 picks one and broadcasts it, so all ranks
 write one run.
 """
@@ -19,7 +21,7 @@ import os
 from types import ModuleType
 
 from ddlkit.errors import DdlkitError
-from ddlkit.horovod import ranks
+from ddlkit.horovod import pinning, ranks
 
 RUN_DIR_VAR = "DDLKIT_RUN_DIR"
 INSTALL_FIX = (
@@ -61,6 +63,7 @@ def init(watch: bool = True) -> ModuleType:
     ``watch=False`` leaves out tying the rank's life to ``horovodrun``.
     """
     ranks.setup_rank(watch=watch)
+    pinning.pin_rank()  # before hvd.init() and TensorFlow's first op
     module = hvd()
     module.init()
     if ranks.rank_of() is not None and not os.environ.get(RUN_DIR_VAR) and module.size() > 1:
