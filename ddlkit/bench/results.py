@@ -1,0 +1,469 @@
+"""A strategy benchmark's results read back from ``bench.json`` (pure): typed, for notebooks.
+
+    res = load_results("runs/<bench-id>")        # the run directory or its bench.json
+    res                                          # one row per case (HTML in a notebook)
+    res.case("multi_worker-x2").efficiency       # speed-up over multi_worker-x1 / workers
+    res.about()                                  # machine, date, command, load
+
+Speed-up and efficiency are recomputed here from the cases' median throughputs
+(:func:`ddlkit.bench.stats.scaling`), so every file, old or new, is read the same way:
+against the same strategy with one worker, and against one device without a strategy
+(``single-x1``). A number the benchmark did not measure stays ``None`` with its reason
+(shown as ``not measured: <reason>``); nothing is filled in.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddlkit._tables import html_table, text_table
+from ddlkit.bench.stats import Spread, scaling
+from ddlkit.errors import ConfigError
+
+READABLE_SCHEMAS = (1, 2)
+RUN_FIX = (
+    "Fix: run `ddlkit bench --quick` (or `ddlkit bench`) and pass its "
+    "runs/<bench-id> directory or the bench.json in it."
+)
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """Held-out accuracy after ``seconds`` of training (evaluation time left out)."""
+
+    seconds: float
+    accuracy: float
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class CaseSummary:
+    """One case of a benchmark: a strategy with a worker count, over its repeats."""
+
+    name: str
+    strategy: str
+    workers: int
+    steps: int
+    batch: int
+    repeats: int
+    model: str
+    skipped: str  # "" unless the case was not run, then why
+    error: str  # "" unless a run failed, then the error
+    throughput: Spread | None  # examples/s, all workers added up
+    step_time: Spread | None  # seconds per step (the slowest worker's)
+    test_accuracy: Spread | None
+    speedup: float | None = None  # throughput / the same strategy's x1 throughput
+    efficiency: float | None = None  # speedup / workers
+    vs_single: float | None = None  # throughput / single-x1 throughput
+    comm_share: Spread | None = None  # fraction of a step spent communicating
+    comm_note: str = ""  # why comm_share is missing
+    time_to_target: Spread | None = None  # seconds of training to the target accuracy
+    target_note: str = ""  # why time_to_target is missing
+    evals: tuple[tuple[EvalPoint, ...], ...] = ()  # one held-out curve per repeat
+
+    @property
+    def ok(self) -> bool:
+        """Measured: run, not failed, with a throughput."""
+        return self.throughput is not None and not self.skipped and not self.error
+
+    @property
+    def efficiency_vs_single(self) -> float | None:
+        """vs_single / workers: each worker's share against one device without a strategy."""
+        return None if self.vs_single is None else self.vs_single / self.workers
+
+    @property
+    def status(self) -> str:
+        if self.skipped:
+            return f"skipped: {self.skipped}"
+        if self.error:
+            return f"FAILED: {self.error}"
+        return "measured" if self.throughput is not None else "not run"
+
+    def comm_text(self) -> str:
+        if self.comm_share is not None:
+            return f"{self.comm_share.median:.0%}"
+        return f"not measured: {self.comm_note}" if self.comm_note else "not measured"
+
+    def target_text(self) -> str:
+        if self.time_to_target is not None:
+            return f"{self.time_to_target.median:.1f} s"
+        return f"not measured: {self.target_note}" if self.target_note else "not measured"
+
+
+def _fmt(value: float | None, spec: str) -> str | None:
+    return None if value is None else format(value, spec)
+
+
+HEADERS = (
+    "case",
+    "examples/s (median)",
+    "min-max (n)",
+    "ms/step",
+    "efficiency vs x1",
+    "vs single-x1",
+    "communication share",
+    "time to target",
+    "test acc",
+    "status",
+)
+
+
+@dataclass(frozen=True)
+class BenchResults:
+    """Every case of one benchmark, and where and how it was measured."""
+
+    path: Path
+    bench_id: str
+    created: float  # Unix time the benchmark started
+    quick: bool
+    wall_seconds: float
+    cores: tuple[int, ...]
+    cores_per_worker: int
+    cases: tuple[CaseSummary, ...]
+    target_accuracy: float | None = None
+    overhead_ratio: float | None = None  # examples/s through the kit / by hand
+    overhead_note: str = ""
+    meta: tuple[tuple[str, str], ...] = ()  # what else the file says: command, host, load...
+
+    def case(self, name: str) -> CaseSummary:
+        for c in self.cases:
+            if c.name == name:
+                return c
+        raise ConfigError(
+            f"{self.path} has no case {name!r}. Fix: use one of "
+            f"{', '.join(c.name for c in self.cases)}."
+        )
+
+    @property
+    def measured(self) -> tuple[CaseSummary, ...]:
+        return tuple(c for c in self.cases if c.ok)
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """Strategies in the file's order, each once."""
+        return tuple(dict.fromkeys(c.strategy for c in self.cases))
+
+    @property
+    def worker_counts(self) -> tuple[int, ...]:
+        return tuple(sorted({c.workers for c in self.cases}))
+
+    @property
+    def single(self) -> CaseSummary | None:
+        """The one-device case without a strategy, if it was measured."""
+        return next((c for c in self.measured if c.strategy == "single"), None)
+
+    @property
+    def has_evals(self) -> bool:
+        return any(c.evals for c in self.cases)
+
+    @property
+    def date(self) -> str:
+        stamp = _dt.datetime.fromtimestamp(self.created, _dt.UTC)
+        return stamp.strftime("%Y-%m-%d %H:%M UTC")
+
+    def rows(self) -> list[tuple]:
+        out = []
+        for c in self.cases:
+            rate, step, acc = c.throughput, c.step_time, c.test_accuracy
+            out.append(
+                (
+                    c.name,
+                    _fmt(rate and rate.median, ",.0f"),
+                    rate and f"{rate.min:,.0f}-{rate.max:,.0f} ({rate.n})",
+                    _fmt(step and step.median * 1000, ".1f"),
+                    _fmt(c.efficiency, ".0%") if c.workers > 1 else None,
+                    _fmt(c.vs_single, ".2f"),
+                    c.comm_text() if c.ok else None,
+                    c.target_text() if c.ok else None,
+                    _fmt(acc and acc.median, ".3f"),
+                    c.status,
+                )
+            )
+        return out
+
+    def caption(self) -> str:
+        size = "quick" if self.quick else "full"
+        return (
+            f"bench {self.bench_id} ({size}), {self.date}: {len(self.cores)} cores, "
+            f"{self.cores_per_worker} per worker, {self.wall_seconds:.0f} s"
+        )
+
+    def about_rows(self) -> list[tuple[str, str]]:
+        overhead = (
+            f"{self.overhead_ratio:.3f} (examples/s through the kit / by hand)"
+            if self.overhead_ratio is not None
+            else f"not measured: {self.overhead_note}"
+            if self.overhead_note
+            else "not measured"
+        )
+        target = "none" if self.target_accuracy is None else f"{self.target_accuracy:.2f}"
+        return [
+            ("file", str(self.path)),
+            ("benchmark", self.bench_id),
+            ("date", self.date),
+            ("size", "quick" if self.quick else "full"),
+            ("cores", f"{len(self.cores)} ({self.cores_per_worker} per worker)"),
+            ("wall time", f"{self.wall_seconds:.0f} s"),
+            ("target accuracy", target),
+            ("kit overhead", overhead),
+            *self.meta,
+        ]
+
+    def about(self) -> _Table:
+        """Where, when and how the benchmark ran, as a table."""
+        return _Table(("", ""), tuple(self.about_rows()), f"about {self.bench_id}")
+
+    def _repr_html_(self) -> str:
+        return html_table(HEADERS, self.rows(), self.caption())
+
+    def __str__(self) -> str:
+        return text_table(HEADERS, self.rows(), self.caption(), rule=True)
+
+
+@dataclass(frozen=True)
+class _Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, str], ...]
+    caption: str = ""
+
+    def _repr_html_(self) -> str:
+        return html_table(self.headers, self.rows, self.caption)
+
+    def __str__(self) -> str:
+        return text_table(self.headers, self.rows, self.caption)
+
+
+# --- reading -------------------------------------------------------------------------
+
+
+def _bench_file(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / "bench.json"
+    if not path.is_file():
+        raise ConfigError(f"there is no benchmark result at {path}. {RUN_FIX}")
+    return path
+
+
+def _invalid(path: Path, what: str) -> ConfigError:
+    return ConfigError(f"{path} is not a ddlkit benchmark result: {what}. {RUN_FIX}")
+
+
+def _spread(raw: Any, path: Path, where: str) -> Spread | None:
+    if raw is None:
+        return None
+    try:
+        spread = Spread(float(raw["median"]), float(raw["min"]), float(raw["max"]), int(raw["n"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _invalid(path, f"{where} is not a median/min/max/n record ({exc!r})") from None
+    if not all(math.isfinite(v) for v in (spread.median, spread.min, spread.max)):
+        raise _invalid(path, f"{where} holds a value that is not a finite number")
+    return spread
+
+
+def _optional(raw: Mapping, key: str, path: Path, where: str) -> tuple[Spread | None, str]:
+    """A measurement the benchmark may leave out: (spread, "") or (None, its reason).
+
+    Accepted forms: ``key: {median, min, max, n}`` with ``key_note`` (or ``key_reason``)
+    when it is null; or ``key: {"value": {...} | null, "reason": str}``.
+    """
+    value = raw.get(key)
+    note = raw.get(f"{key}_note") or raw.get(f"{key}_reason") or ""
+    if isinstance(value, Mapping) and ("value" in value or "reason" in value):
+        note = value.get("reason") or note
+        value = value.get("value")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = {"median": value, "min": value, "max": value, "n": 1}
+    spread = _spread(value, path, f"{where} {key}")
+    return spread, "" if spread is not None else str(note)
+
+
+def _evals(raw: Mapping, path: Path, where: str) -> tuple[tuple[EvalPoint, ...], ...]:
+    """Held-out curves: ``evals`` on the case (one list per repeat) or on each run."""
+    curves = raw.get("evals")
+    if curves is None:
+        curves = [r.get("evals") for r in raw.get("runs") or [] if r.get("evals")]
+    out = []
+    for curve in curves or []:
+        try:
+            points = tuple(
+                EvalPoint(
+                    float(p.get("train_seconds", p.get("seconds"))),
+                    float(p["accuracy"]),
+                    None if p.get("step") is None else int(p["step"]),
+                )
+                for p in curve
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            lack = f"{where} evals: a point lacks seconds or accuracy ({exc!r})"
+            raise _invalid(path, lack) from None
+        if points:
+            out.append(tuple(sorted(points, key=lambda p: p.seconds)))
+    return tuple(out)
+
+
+REQUIRED_CASE = ("name", "strategy", "workers", "examples_per_sec", "step_time")
+
+
+def _case(raw: Any, path: Path, index: int) -> CaseSummary:
+    if not isinstance(raw, Mapping):
+        raise _invalid(path, f"case {index} is not an object")
+    missing = [k for k in REQUIRED_CASE if k not in raw]
+    if missing:
+        raise _invalid(path, f"case {index} lacks {', '.join(missing)}")
+    where = f"case {raw['name']!r}"
+    comm, comm_note = _optional(raw, "comm_share", path, where)
+    tta, tta_note = _optional(raw, "time_to_target", path, where)
+    try:
+        workers, steps = int(raw["workers"]), int(raw.get("steps") or 0)
+        batch, repeats = int(raw.get("batch") or 0), int(raw.get("repeats") or 0)
+    except (TypeError, ValueError) as exc:
+        raise _invalid(path, f"{where}: workers, steps, batch or repeats ({exc!r})") from None
+    if workers < 1:
+        raise _invalid(path, f"{where} has workers={workers}")
+    return CaseSummary(
+        name=str(raw["name"]),
+        strategy=str(raw["strategy"]),
+        workers=workers,
+        steps=steps,
+        batch=batch,
+        repeats=repeats,
+        model=str(raw.get("model") or ""),
+        skipped=str(raw.get("skipped") or ""),
+        error=str(raw.get("error") or ""),
+        throughput=_spread(raw["examples_per_sec"], path, f"{where} examples_per_sec"),
+        step_time=_spread(raw["step_time"], path, f"{where} step_time"),
+        test_accuracy=_spread(raw.get("test_accuracy"), path, f"{where} test_accuracy"),
+        comm_share=comm,
+        comm_note=comm_note,
+        time_to_target=tta,
+        target_note=tta_note,
+        evals=_evals(raw, path, where),
+    )
+
+
+def with_scaling(cases: Sequence[CaseSummary]) -> tuple[CaseSummary, ...]:
+    """The cases with speed-up, efficiency and vs-single from their median throughputs."""
+    from dataclasses import replace
+
+    rates = {(c.strategy, c.workers): c.throughput.median for c in cases if c.ok}
+    scale = scaling(rates)
+    single = rates.get(("single", 1))
+    out = []
+    for c in cases:
+        s = scale.get((c.strategy, c.workers)) if c.ok else None
+        vs = c.throughput.median / single if c.ok and single else None
+        out.append(
+            replace(
+                c,
+                speedup=s.speedup if s else None,
+                efficiency=s.efficiency if s else None,
+                vs_single=vs,
+            )
+        )
+    return tuple(out)
+
+
+META_SKIP = {
+    "schema",
+    "benchmark",
+    "bench_id",
+    "created",
+    "quick",
+    "wall_seconds",
+    "machine",
+    "cases",
+    "overhead",
+    "overhead_error",
+    "target_accuracy",
+}
+
+
+def _meta(doc: Mapping) -> tuple[tuple[str, str], ...]:
+    """Everything else the file records about where it ran (machine details, command...)."""
+    rows = []
+    machine = doc.get("machine") or {}
+    for key, value in machine.items():
+        if key not in ("cores", "cores_per_worker"):
+            rows.append((key.replace("_", " "), _text(value)))
+    for key, value in doc.items():
+        if key not in META_SKIP:
+            rows.append((key.replace("_", " "), _text(value)))
+    return tuple(rows)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(map(str, value)) if all(isinstance(v, str) for v in value) else str(value)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
+    return "" if value is None else str(value)
+
+
+def parse(doc: Any, path: str | Path = "bench.json") -> BenchResults:
+    """A :class:`BenchResults` from a parsed bench.json document (pure)."""
+    path = Path(path)
+    if not isinstance(doc, Mapping) or doc.get("benchmark") != "strategies":
+        raise _invalid(path, "it has no 'benchmark': 'strategies' field")
+    schema = doc.get("schema")
+    if schema not in READABLE_SCHEMAS:
+        raise ConfigError(
+            f"{path} has bench.json schema {schema!r}; this ddlkit reads schemas "
+            f"{', '.join(map(str, READABLE_SCHEMAS))}. Fix: run `ddlkit bench` again with "
+            f"this ddlkit, or update ddlkit."
+        )
+    missing = [k for k in ("bench_id", "created", "machine", "cases") if k not in doc]
+    if missing:
+        raise _invalid(path, f"it lacks {', '.join(missing)}")
+    if not isinstance(doc["cases"], list) or not doc["cases"]:
+        raise _invalid(path, "it has no cases")
+    machine = doc["machine"]
+    try:
+        cores = tuple(int(c) for c in machine["cores"])
+        per_worker = int(machine["cores_per_worker"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _invalid(path, f"machine lacks cores or cores_per_worker ({exc!r})") from None
+    cases = with_scaling([_case(c, path, i) for i, c in enumerate(doc["cases"])])
+    overhead = doc.get("overhead")
+    ratio = None
+    if overhead:
+        ratio = float(overhead.get("ratio_median", overhead.get("ratio")))
+    target = doc.get("target_accuracy")
+    return BenchResults(
+        path=path,
+        bench_id=str(doc["bench_id"]),
+        created=float(doc["created"]),
+        quick=bool(doc.get("quick")),
+        wall_seconds=float(doc.get("wall_seconds") or 0.0),
+        cores=cores,
+        cores_per_worker=per_worker,
+        cases=cases,
+        target_accuracy=None if target is None else float(target),
+        overhead_ratio=ratio,
+        overhead_note=str(doc.get("overhead_error") or ""),
+        meta=_meta(doc),
+    )
+
+
+def load_results(path: str | Path) -> BenchResults:
+    """Read a benchmark: ``runs/<bench-id>`` or its ``bench.json``.
+
+    Raises :class:`ConfigError` naming the path and the fix when the file is missing,
+    is not JSON, or is not a ddlkit benchmark result.
+    """
+    file = _bench_file(path)
+    try:
+        doc = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise _invalid(file, f"not valid JSON ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {file}: {exc}. {RUN_FIX}") from None
+    return parse(doc, file)
