@@ -1,0 +1,181 @@
+"""A strategy benchmark at a glance: throughput, scaling efficiency, time to accuracy.
+
+Each function takes a :class:`~ddlkit.bench.results.BenchResults` (``load_results``) and
+returns a matplotlib Figure (Jupyter shows it once), or draws into ``ax`` when given one.
+Cases that were skipped or failed are written on the chart, not dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddlkit.bench.results import BenchResults, CaseSummary
+
+# Horovod's README: 128 servers with 4 Pascal GPUs each, 25 Gbit/s RoCE network.
+HOROVOD_PUBLISHED = 0.90
+HOROVOD_LABEL = "Horovod's published 90% (Inception V3, ResNet-101; 512 GPUs)"
+WORKER_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+
+
+def _axes(ax: Any, size: tuple[float, float]):
+    if ax is not None:
+        return ax.figure, ax
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
+    plt.close(fig)  # shown by Jupyter's display of the returned figure, once
+    return fig, ax
+
+
+def _short(name: str) -> str:
+    return name.replace("parameter_server", "param_server")
+
+
+def _unmeasured_notes(cases: list[CaseSummary]) -> str:
+    notes = []
+    for c in cases:
+        if c.skipped:
+            notes.append(f"{c.name}: skipped")
+        elif c.error:
+            notes.append(f"{c.name}: failed")
+        elif c.throughput is None:
+            notes.append(f"{c.name}: not run")
+    return "; ".join(notes)
+
+
+def _note(ax: Any, text: str) -> None:
+    if text:
+        ax.text(
+            0.01, 0.98, text, transform=ax.transAxes, va="top", ha="left", fontsize=8, color="0.3"
+        )
+
+
+def throughput(res: BenchResults, ax: Any = None):
+    """Examples/s per strategy (groups) and worker count (colours), median of the repeats
+    with min-max whiskers, and one device without a strategy as a dashed line."""
+    fig, ax = _axes(ax, (9, 4.2))
+    strategies = res.strategies
+    counts = res.worker_counts
+    width = 0.8 / max(len(counts), 1)
+    for k, n in enumerate(counts):
+        xs, heights, low, high = [], [], [], []
+        for g, strategy in enumerate(strategies):
+            group = [c.workers for c in res.cases if c.strategy == strategy]
+            case = next((c for c in res.measured if (c.strategy, c.workers) == (strategy, n)), None)
+            if case is None:
+                continue
+            slot = group.index(n) - (len(group) - 1) / 2  # bars centred on their group
+            xs.append(g + slot * width)
+            rate = case.throughput
+            heights.append(rate.median)
+            low.append(rate.median - rate.min)
+            high.append(rate.max - rate.median)
+        if not xs:
+            continue
+        bars = ax.bar(
+            xs,
+            heights,
+            width * 0.95,
+            yerr=[low, high],
+            capsize=3,
+            color=WORKER_COLOURS[k % len(WORKER_COLOURS)],
+            label=f"{n} worker{'s' if n > 1 else ''}",
+        )
+        ax.bar_label(bars, fmt="{:,.0f}", label_type="center", fontsize=8, color="white")
+    single = res.single
+    if single is not None:
+        ax.axhline(
+            single.throughput.median,
+            color="0.3",
+            linestyle="--",
+            linewidth=1,
+            label="one device, no strategy (single-x1)",
+        )
+    ax.set_xticks(range(len(strategies)), [_short(s) for s in strategies])
+    ax.set_ylabel("examples / s (all workers)")
+    ax.set_title("throughput: median of repeats, whiskers min-max")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
+    ax.legend(loc="upper right", fontsize=8, ncols=3)
+    _note(ax, _unmeasured_notes(list(res.cases)))
+    return fig
+
+
+def efficiency(res: BenchResults, ax: Any = None):
+    """Scaling efficiency of every multi-worker case: against the same strategy with one
+    worker, and against one device without a strategy, with the 100% and 90% lines."""
+    fig, ax = _axes(ax, (9, 4.2))
+    multi = [c for c in res.cases if c.workers > 1]
+    scaled = [c for c in multi if c.ok and c.efficiency is not None]
+    xs = list(range(len(scaled)))
+    bars = ax.bar(
+        [x - 0.2 for x in xs],
+        [c.efficiency * 100 for c in scaled],
+        0.38,
+        color="tab:green",
+        label="vs the same strategy with 1 worker",
+    )
+    ax.bar_label(bars, fmt="{:.0f}%", fontsize=8, padding=2)
+    against_single = [c for c in scaled if c.efficiency_vs_single is not None]
+    if against_single:
+        bars = ax.bar(
+            [xs[scaled.index(c)] + 0.2 for c in against_single],
+            [c.efficiency_vs_single * 100 for c in against_single],
+            0.38,
+            color="tab:gray",
+            label="vs one device, no strategy (single-x1)",
+        )
+        ax.bar_label(bars, fmt="{:.0f}%", fontsize=8, padding=2)
+    ax.axhline(100, color="black", linestyle="--", linewidth=1, label="linear scaling (100%)")
+    ax.axhline(HOROVOD_PUBLISHED * 100, color="tab:red", linestyle=":", label=HOROVOD_LABEL)
+    ax.set_xticks(xs, [_short(c.name) for c in scaled])
+    ax.set_ylabel("efficiency: speed-up / workers (%)")
+    ax.set_title("scaling efficiency")
+    top = max([110.0] + [p.get_height() for p in ax.patches])
+    ax.set_ylim(0, top * 1.3)
+    ax.legend(loc="upper right", fontsize=8)
+    _note(ax, _unmeasured_notes([c for c in multi if not c.ok]))
+    return fig
+
+
+NO_EVALS = (
+    "no held-out accuracy series in this benchmark,\nso no time-to-accuracy plot.\n"
+    "Fix: a benchmark recorded with periodic evals\n(a newer `ddlkit bench`)"
+)
+
+
+def time_to_accuracy(res: BenchResults, ax: Any = None):
+    """Held-out accuracy against training seconds, one line per case (each repeat drawn),
+    the target accuracy as a line and each case's first crossing marked."""
+    fig, ax = _axes(ax, (9, 4.2))
+    ax.set_xlabel("training seconds (evaluation excluded)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title("time to accuracy")
+    if not res.has_evals:
+        ax.text(0.5, 0.5, NO_EVALS, transform=ax.transAxes, ha="center", va="center")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return fig
+    colours = iter(WORKER_COLOURS * 4)
+    for c in res.cases:
+        if not c.evals:
+            continue
+        colour = next(colours)
+        for i, curve in enumerate(c.evals):
+            ax.plot(
+                [p.seconds for p in curve],
+                [p.accuracy for p in curve],
+                "o-",
+                markersize=3,
+                color=colour,
+                alpha=1.0 if i == 0 else 0.4,
+                label=c.name if i == 0 else None,
+            )
+    if res.target_accuracy is not None:
+        ax.axhline(
+            res.target_accuracy,
+            color="0.3",
+            linestyle=":",
+            label=f"target {res.target_accuracy:.2f}",
+        )
+    ax.legend(loc="lower right", fontsize=8)
+    return fig

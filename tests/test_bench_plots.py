@@ -1,0 +1,142 @@
+"""ddlkit.bench.plots: the bars, lines and labels read back from the matplotlib Axes."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+from matplotlib.container import BarContainer
+from test_bench_results import case, document, spread
+
+from ddlkit.bench import plots
+from ddlkit.bench.results import parse
+
+matplotlib.use("Agg")
+
+
+def results(**extra):
+    return parse(document(**extra))
+
+
+def containers(ax):
+    """{legend label: [(bar centre x, height), ...]} for every bar series of `ax`."""
+    return {
+        c.get_label(): [(round(p.get_x() + p.get_width() / 2, 3), p.get_height()) for p in c]
+        for c in ax.containers
+        if isinstance(c, BarContainer)
+    }
+
+
+def lines(ax):
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def texts(ax):
+    return " ".join(t.get_text() for t in ax.texts)
+
+
+def test_throughput_bars_per_strategy_and_worker_count_with_min_max_whiskers():
+    res = results()
+    ax = plots.throughput(res).axes[0]
+    bars = containers(ax)
+    assert set(bars) == {"1 worker", "2 workers"}
+    assert [h for _, h in bars["1 worker"]] == [2000.0, 1000.0]  # single-x1, multi_worker-x1
+    assert [h for _, h in bars["2 workers"]] == [1600.0, 1200.0]
+    # the x1 and x2 bars of multi_worker share its group: tick 1, left and right of it
+    (x_single, _), (x_mw1, _) = bars["1 worker"]
+    (x_mw2, _), (x_ps2, _) = bars["2 workers"]
+    assert x_single == 0 and x_mw1 < 1 < x_mw2 and x_ps2 == 2
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["single", "multi_worker", "param_server", "horovod", "mirrored"]
+    # whiskers from min to max: multi_worker-x2 is 1500-1650
+    whiskers = [c for c in ax.containers if c.get_label() == "2 workers"][0].errorbar
+    segments = whiskers.lines[2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in segments][0] == (1500.0, 1650.0)
+    # one device as a dashed line, labelled
+    single = lines(ax)["one device, no strategy (single-x1)"]
+    assert tuple(single.get_ydata()) == (2000.0, 2000.0)
+    # bar values written on the bars
+    values = {t.get_text() for t in ax.texts}
+    assert {"2,000", "1,600"} <= values
+    # skipped and failed cases are said, not dropped
+    note = texts(ax)
+    assert "horovod-x1: skipped" in note and "mirrored-x1: failed" in note
+
+
+def test_efficiency_bars_against_x1_and_single_with_the_reference_lines():
+    res = results()
+    ax = plots.efficiency(res).axes[0]
+    bars = containers(ax)
+    own = bars["vs the same strategy with 1 worker"]
+    single = bars["vs one device, no strategy (single-x1)"]
+    # only multi_worker-x2 has an x1 to compare with; both x2 cases compare with single-x1
+    assert [h for _, h in own] == [pytest.approx(80.0)]
+    assert [h for _, h in single] == [pytest.approx(40.0)]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["multi_worker-x2"]
+    refs = lines(ax)
+    assert tuple(refs["linear scaling (100%)"].get_ydata()) == (100, 100)
+    horovod = refs[plots.HOROVOD_LABEL]
+    assert tuple(horovod.get_ydata()) == (90.0, 90.0)
+    assert "90%" in plots.HOROVOD_LABEL and "Horovod" in plots.HOROVOD_LABEL
+    assert {"80%", "40%"} <= {t.get_text() for t in ax.texts}
+    assert "horovod-x2: skipped" in texts(ax)
+    assert ax.get_ylim()[1] > 100  # the 100% line is inside the plot
+
+
+def test_efficiency_with_every_strategy_measured_has_one_bar_pair_per_multi_worker_case():
+    cases = [case("single", 1, 2000.0)]
+    for strategy, x1, x2 in (("mirrored", 1200.0, 1800.0), ("horovod", 2400.0, 2400.0)):
+        cases += [case(strategy, 1, x1), case(strategy, 2, x2)]
+    ax = plots.efficiency(parse(document(cases=cases))).axes[0]
+    bars = containers(ax)
+    assert [h for _, h in bars["vs the same strategy with 1 worker"]] == [
+        pytest.approx(75.0),
+        pytest.approx(50.0),
+    ]
+    assert [h for _, h in bars["vs one device, no strategy (single-x1)"]] == [
+        pytest.approx(45.0),
+        pytest.approx(60.0),
+    ]
+    assert texts(ax).count("skipped") == 0
+
+
+def test_time_to_accuracy_draws_each_case_and_the_target():
+    doc = document(target_accuracy=0.9)
+    doc["cases"][2]["evals"] = [
+        [{"train_seconds": 2.0, "accuracy": 0.8}, {"train_seconds": 4.0, "accuracy": 0.92}],
+        [{"train_seconds": 2.5, "accuracy": 0.78}],
+    ]
+    doc["cases"][0]["evals"] = [[{"train_seconds": 3.0, "accuracy": 0.95}]]
+    ax = plots.time_to_accuracy(parse(doc)).axes[0]
+    drawn = lines(ax)
+    assert tuple(drawn["multi_worker-x2"].get_xdata()) == (2.0, 4.0)
+    assert tuple(drawn["multi_worker-x2"].get_ydata()) == (0.8, 0.92)
+    assert tuple(drawn["single-x1"].get_ydata()) == (0.95,)
+    assert tuple(drawn["target 0.90"].get_ydata()) == (0.9, 0.9)
+    # the second repeat is drawn too, fainter and without its own legend entry
+    faint = [ln for ln in ax.get_lines() if tuple(ln.get_xdata()) == (2.5,)]
+    assert len(faint) == 1 and faint[0].get_alpha() == 0.4
+    assert ax.get_xlabel().startswith("training seconds")
+
+
+def test_time_to_accuracy_without_evals_says_so():
+    ax = plots.time_to_accuracy(results()).axes[0]
+    assert not ax.get_lines()
+    assert "no held-out accuracy series" in texts(ax)
+
+
+def test_plots_draw_into_a_given_axes():
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    assert plots.throughput(results(), ax=left) is fig
+    assert plots.efficiency(results(), ax=right) is fig
+    assert left.containers and right.containers
+
+
+def test_a_strategy_without_x1_still_plots_its_throughput():
+    doc = document(cases=[case("horovod", 2, 900.0, examples_per_sec=spread(900.0))])
+    ax = plots.throughput(parse(doc)).axes[0]
+    assert containers(ax) == {"2 workers": [(0.0, 900.0)]}
+    assert "one device" not in " ".join(lines(ax))
