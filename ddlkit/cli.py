@@ -1,6 +1,8 @@
 """The ``ddlkit`` command: a thin front end over the functions notebooks call.
 
     ddlkit launch --strategy multi_worker -n 2 launch/train_multi_worker.py -- --epochs 1
+    ddlkit launch -n 2 -H node1:1,node2:1 --ssh-identity ~/.ssh/id_ed25519 \
+        --collector-host auto launch/train_multi_worker.py
     ddlkit runs
     ddlkit plot RUN [-o figure.png]
     ddlkit env
@@ -44,6 +46,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pin", action="store_true", help="do not pin workers to cores")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: DDLKIT_RUNS or ./runs")
     p.add_argument("--timeout", type=float, default=None, help="seconds before the job is stopped")
+    remote = p.add_argument_group("other hosts (over SSH, in BatchMode)")
+    remote.add_argument("--ssh-identity", help="private key file (default: ssh's own)")
+    remote.add_argument("--ssh-known-hosts", help="known_hosts file (default: ~/.ssh's)")
+    remote.add_argument("--ssh-user", help="user on the hosts (default: yours)")
+    remote.add_argument("--ssh-port", type=int, default=22)
+    remote.add_argument(
+        "--collector-host",
+        help="address the hosts reach for live metrics, or 'auto' (needed with other hosts)",
+    )
+    remote.add_argument(
+        "--base-port", type=int, default=None, help="TF servers' first port on each host"
+    )
+    remote.add_argument("--network-interface", help="horovodrun --network-interface")
+    remote.add_argument("--python", help="the kit's Python on the hosts (default: this one)")
     p.add_argument("script", help="a Python training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: the script's arguments")
 
@@ -71,6 +87,8 @@ def _runs_dir(arg: Path | None) -> Path:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from ddlkit.cluster import format_hosts, parse_hostfile
+    from ddlkit.hosts import SshOptions
+    from ddlkit.launch import plan
     from ddlkit.launch import run as run_mod
 
     script_args = list(args.script_args)
@@ -79,6 +97,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     hosts = args.hosts
     if args.hostfile is not None:
         hosts = format_hosts(parse_hostfile(args.hostfile))
+    ssh = None
+    if args.ssh_identity or args.ssh_known_hosts or args.ssh_user or args.ssh_port != 22:
+        ssh = SshOptions(
+            identity=args.ssh_identity and str(Path(args.ssh_identity).expanduser()),
+            known_hosts=args.ssh_known_hosts and str(Path(args.ssh_known_hosts).expanduser()),
+            user=args.ssh_user,
+            port=args.ssh_port,
+        )
     run = run_mod.start(
         args.script,
         strategy=args.strategy,
@@ -91,6 +117,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
         pin_cores=not args.no_pin,
         runs_dir=args.runs_dir,
         collector_port=args.collector_port,
+        collector_host=args.collector_host,
+        ssh=ssh,
+        base_port=plan.BASE_PORT if args.base_port is None else args.base_port,
+        network_interface=args.network_interface,
+        python=args.python,
     )
     print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
     try:

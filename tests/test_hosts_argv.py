@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ddlkit.errors import ConfigError
-from ddlkit.hosts import netns, sshd
+from ddlkit.hosts import netns, preflight, sshd
 from ddlkit.hosts.preflight import HostCheck, Preflight, probe_argv
 from ddlkit.hosts.ssh import (
     HostError,
@@ -144,18 +148,42 @@ def test_preflight_table_and_error_from_rows():
     assert info.value.hosts == ("10.0.0.2",)
 
 
-def test_probe_argv_passes_ports_as_arguments():
-    argv = probe_argv("/v/bin/python", [29500, 29501])
-    assert argv[:2] == ["/v/bin/python", "-c"] and argv[3:] == ["29500", "29501"]
+def test_probe_argv_passes_ports_and_files_as_arguments():
+    argv = probe_argv("/v/bin/python", [29500, 29501], ["/a b/x.py"])
+    assert argv[:2] == ["/v/bin/python", "-c"] and argv[3:] == ["29500", "29501", "--", "/a b/x.py"]
     assert compile(argv[2], "probe", "exec")
+
+
+def test_probe_run_here_reports_busy_ports_and_missing_files(tmp_path):
+    """The probe's own logic, run by this Python without SSH: a held port, a missing file."""
+    held = socket.create_server(("", 0))
+    try:
+        port = held.getsockname()[1]
+        there = tmp_path / "train.py"
+        there.write_text("")
+        argv = probe_argv(sys.executable, [port], [str(there), str(tmp_path / "gone.py")])
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    finally:
+        held.close()
+    answer = json.loads(done.stdout)
+    assert answer["busy_ports"] == [port] and answer["free_ports"] == []
+    assert answer["missing_files"] == [str(tmp_path / "gone.py")]
+    row = preflight._row_from_answer("h1", answer, sys.executable, 0.1)
+    assert "TensorFlow" not in row.problem and f"port(s) {port}" not in row.problem
+    assert "gone.py not found on h1" in row.problem and "same path" in row.fix
+    hvd = dict(answer, missing_files=[], horovod=None)
+    row = preflight._row_from_answer("h1", hvd, sys.executable, 0.1, horovod=True)
+    assert row.problem == f"Horovod is not installed for {sys.executable} on h1"
+    assert "build-horovod.sh" in row.fix
 
 
 def test_remote_argv_adds_env_and_cwd_through_env_and_a_watchdog():
     argv = remote_argv(["python", "w.py"], python="/v/py", env={"TF_CONFIG": '{"a": 1}'}, cwd="/r")
-    assert argv[:4] == ["env", "--chdir", "/r", 'TF_CONFIG={"a": 1}']
-    assert argv[4:6] == ["/v/py", "-c"] and argv[7:] == ["python", "w.py"]
-    assert compile(argv[6], "watchdog", "exec")
+    assert argv[:2] == ["env", 'TF_CONFIG={"a": 1}']
+    assert argv[2:4] == ["/v/py", "-c"] and argv[5:] == ["/r", "python", "w.py"]
+    assert compile(argv[4], "watchdog", "exec")
     assert remote_argv(["x"], python="p")[:2] == ["env", "p"]
+    assert remote_argv(["x"], python="p")[4:] == ["", "x"]  # no cwd: the login directory
     for bad in ("", "1A", "A-B", "A=B", "-u"):
         with pytest.raises(ConfigError, match="environment name"):
             remote_argv(["x"], python="p", env={bad: "v"})
@@ -168,3 +196,20 @@ def test_ssh_shim_puts_our_options_first_without_a_shell(tmp_path):
     assert repr(ssh_options_argv(opts)) in text
     assert ssh_argv("h", ["x"], opts)[1:-3] == ssh_options_argv(opts)
     compile(text, "shim", "exec")
+
+
+def test_watchdog_run_here_makes_the_directory_and_ends_the_command_when_stdin_closes(tmp_path):
+    """The remote command, run by this Python without SSH: cwd made, env given, then EOF."""
+    cwd = tmp_path / "run" / "work" / "worker-0"
+    code = "import os, time; print(os.getcwd(), os.environ['MARK'], flush=True); time.sleep(600)"
+    argv = remote_argv([sys.executable, "-c", code], python=sys.executable, env={"MARK": "m"},
+                       cwd=str(cwd))  # fmt: skip
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == f"{cwd} m\n"
+        proc.stdin.close()  # as the SSH session closing
+        assert proc.wait(timeout=30) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
 from ddlkit.errors import ConfigError
+from ddlkit.hosts import SshOptions
 from ddlkit.launch import devices as dev
 from ddlkit.launch import plan as p
 
@@ -110,7 +112,10 @@ def test_gpus_are_sliced_and_never_pinned():
         ({"script": Path("no/such/train.py")}, "not found"),
         ({"hosts": "localhost:1", "workers": 2}, "give 1 slots"),
         ({"hosts": "h1:x"}, "slots must be"),
-        ({"hosts": "10.0.0.7:2"}, "not this machine"),
+        ({"strategy": "mirrored", "hosts": "10.0.0.7:1"}, "mirrored runs one process"),
+        ({"hosts": "localhost:1,10.0.0.7:1"}, "mix this machine"),
+        ({"hosts": "10.0.0.7:2", "base_port": 80}, "unprivileged ports"),
+        ({"hosts": "10.0.0.7:2", "ssh": "-i key"}, "is not SshOptions"),
         ({"strategy": "parameter_server", "ps": 0}, "at least one parameter server"),
         ({"args": "--epochs 2"}, "list of arguments"),
     ],
@@ -152,3 +157,83 @@ def test_config_shows_as_a_table():
 def test_no_pinning_leaves_cores_and_threads_alone():
     _, job = _plan("multi_worker", pin_cores=False)
     assert all(w.cpus is None and w.threads is None for w in job.workers)
+
+
+def _remote_plan(strategy, hosts, **kw):
+    ssh = SshOptions(identity="/k/id", known_hosts="/k/kh")
+    return _plan(strategy, hosts=hosts, ssh=ssh, **kw)
+
+
+def test_remote_multi_worker_puts_tasks_on_host_slots_and_runs_them_over_ssh():
+    cfg, job = _remote_plan("multi_worker", "10.0.0.7:1,10.0.0.8:1", base_port=30000)
+    assert cfg.remote
+    configs = [json.loads(w.env["TF_CONFIG"]) for w in job.workers]
+    assert configs[0]["cluster"] == {"worker": ["10.0.0.7:30000", "10.0.0.8:30000"]}
+    assert [w.host for w in job.workers] == ["10.0.0.7", "10.0.0.8"]
+    assert all(w.ssh.identity == "/k/id" for w in job.workers)
+    # another host's cores are not this machine's: no pinning, TensorFlow's own threads
+    assert all(w.cpus is None and w.threads is None for w in job.workers)
+    rows = dict(cfg.rows())
+    assert "not pinned" in rows["cores"] and rows["TF server ports"].startswith("30000")
+    assert p.remote_ports(p.cluster_for(cfg)) == {"10.0.0.7": [30000], "10.0.0.8": [30000]}
+
+
+def test_remote_parameter_server_fills_each_host_on_consecutive_ports():
+    cfg, job = _remote_plan("parameter_server", "10.0.0.7:2,10.0.0.8:2", workers=2)
+    addresses = {w.name: (w.host, json.loads(w.env["TF_CONFIG"])) for w in job.workers}
+    assert {n: h for n, (h, _) in addresses.items()} == {
+        "chief-0": "10.0.0.7",
+        "ps-0": "10.0.0.7",
+        "worker-0": "10.0.0.8",
+        "worker-1": "10.0.0.8",
+    }
+    cluster = addresses["chief-0"][1]["cluster"]
+    assert cluster["ps"] == [f"10.0.0.7:{p.BASE_PORT + 1}"]
+    assert cluster["worker"] == [f"10.0.0.8:{p.BASE_PORT}", f"10.0.0.8:{p.BASE_PORT + 1}"]
+
+
+def test_remote_horovod_adds_start_timeout_and_interface():
+    _, job = _remote_plan("horovod", "10.0.0.7:1,10.0.0.8:1", network_interface="eth0")
+    (hvd,) = job.workers
+    argv = list(hvd.argv)
+    assert hvd.host is None  # horovodrun runs here and reaches the hosts itself
+    assert argv[argv.index("-H") + 1] == "10.0.0.7:1,10.0.0.8:1"
+    assert argv[argv.index("--network-interface") + 1] == "eth0"
+    assert argv[argv.index("--start-timeout") + 1] == str(p.HOROVOD_START_TIMEOUT)
+
+
+def test_remote_worker_spec_refuses_pinning_and_is_run_through_ssh():
+    from ddlkit.launch.remote import remote_env, ssh_command
+    from ddlkit.launch.spec import WorkerSpec
+
+    with pytest.raises(ConfigError, match="pins cores only on this machine"):
+        WorkerSpec("w", ("python", "x.py"), {}, "/r/w", "/r/w.log", cpus=(0,), host="h1")
+    w = WorkerSpec(
+        "worker-0", ("/v/python", "/s/t.py", "--epochs", "1"), {"TF_CONFIG": "{}"},
+        "/r/work/worker-0", "/r/logs/worker-0.log", threads=2, host="h1",
+        ssh=SshOptions(identity="/k/id"),
+    )  # fmt: skip
+    env = remote_env(w, "/r", {"DDLKIT_FAST": "1", "HOME": "/root", "DDLKIT_HOME": "/c"})
+    assert env["DDLKIT_FAST"] == "1" and env["DDLKIT_HOME"] == "/c" and "HOME" not in env
+    assert env["DDLKIT_WORKER"] == "worker-0" and env["DDLKIT_RUN_DIR"] == "/r"
+    assert env["TF_NUM_INTRAOP_THREADS"] == "2" and env["TF_CONFIG"] == "{}"
+    argv = ssh_command(w, env)
+    assert argv[0] == "ssh" and argv[argv.index("-i") + 1] == "/k/id"
+    assert argv[-2] == "h1"
+    remote = shlex.split(argv[-1])
+    assert remote[0] == "env" and "TF_CONFIG={}" in remote
+    assert remote[-5:] == ["/r/work/worker-0", "/v/python", "/s/t.py", "--epochs", "1"]
+    assert w.to_dict()["host"] == "h1"
+
+
+def test_remote_hosts_without_a_reachable_collector_is_refused_before_anything_starts(tmp_path):
+    from ddlkit.launch import run as run_mod
+
+    for collector_host in (None, "127.0.0.1"):
+        with pytest.raises(ConfigError, match="cannot send live metrics") as err:
+            run_mod.start(
+                SCRIPT, hosts="10.0.0.7:1,10.0.0.8:1", runs_dir=tmp_path,
+                collector_host=collector_host,
+            )  # fmt: skip
+        assert "collector_host='auto'" in str(err.value)
+    assert not any(tmp_path.iterdir())  # no run directory: nothing was started

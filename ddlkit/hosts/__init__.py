@@ -5,16 +5,20 @@
 - `preflight`: per-host reachability, Python/TensorFlow/Horovod versions and free ports.
 - `netns`: hosts on one machine as Linux network namespaces (root, iproute2).
 - `sshd`: an sshd in each namespaced host with keys made for the occasion.
+- `demo`: `demo_cluster(n)`, namespaced hosts with sshd, as `ddlkit.launch.start` needs them.
 """
 
 from __future__ import annotations
 
+from ddlkit.hosts.demo import DemoCluster, demo_cluster
 from ddlkit.hosts.netns import NetnsHost, cut_link, namespaced_hosts, restore_link
 from ddlkit.hosts.preflight import HostCheck, Preflight, check_hosts
 from ddlkit.hosts.ssh import HostError, SshOptions, run_on, ssh_argv
 from ddlkit.hosts.sshd import SshdCluster, running_sshd
 
 __all__ = [
+    "DemoCluster",
+    "demo_cluster",
     "HostCheck",
     "HostError",
     "Preflight",

@@ -1,8 +1,9 @@
 """Preflight: can every host run a ddlkit job? One SSH round trip per host, in parallel.
 
 For each host: reachable over SSH within a bounded time, the remote Python's version,
-TensorFlow's and Horovod's versions (read from package metadata, nothing imported), and
-which of the asked-for ports are free. `check_hosts` returns a `Preflight` table (one
+TensorFlow's and Horovod's versions (read from package metadata, nothing imported), which
+of the asked-for ports are free, and whether the asked-for files (the training script) are
+there at the same path. `check_hosts` returns a `Preflight` table (one
 `HostCheck` row per host; shown as a table in a notebook); a failed row names the host,
 the problem and the fix. `Preflight.raise_for_failures()` turns failures into one `HostError`.
 """
@@ -35,8 +36,11 @@ def version(*names):
             pass
     return None
 
+import os
+args = sys.argv[1:]
+cut = args.index("--")
 free, busy = [], []
-for port in map(int, sys.argv[1:]):
+for port in map(int, args[:cut]):
     s = socket.socket()
     try:
         s.bind(("", port))
@@ -51,6 +55,7 @@ print(json.dumps({
     "horovod": version("horovod"),
     "free_ports": free,
     "busy_ports": busy,
+    "missing_files": [f for f in args[cut + 1:] if not os.path.isfile(f)],
 }))
 """
 
@@ -66,6 +71,7 @@ class HostCheck:
     horovod: str | None = None
     free_ports: tuple[int, ...] = ()
     busy_ports: tuple[int, ...] = ()
+    missing_files: tuple[str, ...] = ()
     problem: str = ""
     fix: str = ""
     seconds: float = 0.0
@@ -75,17 +81,27 @@ class HostCheck:
         return not self.problem
 
 
-def probe_argv(python: str, ports: Sequence[int]) -> list[str]:
-    """The remote command: the kit's Python runs `PROBE` with the ports to try."""
-    return [python, "-c", PROBE, *(str(p) for p in ports)]
+def probe_argv(python: str, ports: Sequence[int], files: Sequence[str] = ()) -> list[str]:
+    """The remote command: the kit's Python runs `PROBE` with the ports and files to check."""
+    return [python, "-c", PROBE, *(str(p) for p in ports), "--", *files]
 
 
-def _row_from_answer(host: str, answer: dict, python: str, seconds: float) -> HostCheck:
+def _row_from_answer(
+    host: str, answer: dict, python: str, seconds: float, horovod: bool = False
+) -> HostCheck:
     busy = tuple(answer["busy_ports"])
+    missing = tuple(answer["missing_files"])
     problem = fix = ""
     if answer["tensorflow"] is None:
         problem = f"TensorFlow is not installed for {python} on {host}"
         fix = ENV_FIX
+    elif horovod and answer["horovod"] is None:
+        problem = f"Horovod is not installed for {python} on {host}"
+        fix = "build it there too (scripts/build-horovod.sh), or " + ENV_FIX
+    elif missing:
+        problem = f"{', '.join(missing)} not found on {host}"
+        fix = "put the script and its directory at the same path on every host (a shared "
+        fix += "file system, or copy the checkout with rsync)"
     elif busy:
         problem = f"port(s) {', '.join(map(str, busy))} already in use on {host}"
         fix = f"stop what listens on them on {host}, or choose other ports"
@@ -97,6 +113,7 @@ def _row_from_answer(host: str, answer: dict, python: str, seconds: float) -> Ho
         horovod=answer["horovod"],
         free_ports=tuple(answer["free_ports"]),
         busy_ports=busy,
+        missing_files=missing,
         problem=problem,
         fix=fix,
         seconds=seconds,
@@ -104,12 +121,18 @@ def _row_from_answer(host: str, answer: dict, python: str, seconds: float) -> Ho
 
 
 def check_host_once(
-    host: str, options: SshOptions, python: str, ports: Sequence[int], timeout: float
+    host: str,
+    options: SshOptions,
+    python: str,
+    ports: Sequence[int],
+    timeout: float,
+    files: Sequence[str] = (),
+    horovod: bool = False,
 ) -> HostCheck:
     """One host's row: run the probe over SSH, give up after ``timeout`` seconds."""
     start = time.monotonic()
     try:
-        done = run_on(host, probe_argv(python, ports), options, timeout=timeout)
+        done = run_on(host, probe_argv(python, ports, files), options, timeout=timeout)
     except HostError as e:
         return HostCheck(
             host=host,
@@ -121,7 +144,7 @@ def check_host_once(
     seconds = time.monotonic() - start
     try:
         return _row_from_answer(
-            host, json.loads(done.stdout.strip().splitlines()[-1]), python, seconds
+            host, json.loads(done.stdout.strip().splitlines()[-1]), python, seconds, horovod
         )
     except (ValueError, KeyError, TypeError, IndexError):
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
@@ -197,8 +220,14 @@ def check_hosts(
     python: str = sys.executable,
     ports: Sequence[int] = (),
     timeout: float | None = None,
+    files: Sequence[str] = (),
+    horovod: bool = False,
 ) -> Preflight:
-    """Probe every host in parallel; each gets ``timeout`` s (default: connect time + 30 s)."""
+    """Probe every host in parallel; each gets ``timeout`` s (default: connect time + 30 s).
+
+    ``files`` must exist at those paths on every host (the training script); ``horovod``
+    makes a host without Horovod a failure.
+    """
     if not hosts:
         raise ConfigError("preflight: no hosts; give a list such as ['10.213.0.1', ...]")
     for h in hosts:
@@ -216,5 +245,7 @@ def check_hosts(
         )
     limit = options.connect_timeout + 30.0 if timeout is None else timeout
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        rows = pool.map(lambda h: check_host_once(h, options, python, ports, limit), hosts)
+        rows = pool.map(
+            lambda h: check_host_once(h, options, python, ports, limit, files, horovod), hosts
+        )
         return Preflight(tuple(rows))

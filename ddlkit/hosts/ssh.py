@@ -201,12 +201,18 @@ def run_on(
     return done
 
 
-# Runs on the host: starts the command in its own process group and ends that group when
-# the SSH session's stdin closes (the launcher died, stopped the job, or the link is gone and
-# sshd dropped the session), when it is signalled, or when the command exits.
+# Runs on the host: makes the working directory (argv[1], '' for none), starts the command
+# (argv[2:]) there in its own process group and ends that group when the SSH session's stdin
+# closes (the launcher died, stopped the job, or the link is gone and sshd dropped the
+# session), when it is signalled, or when the command exits.
 WATCHDOG = """\
 import os, signal, subprocess, sys, threading
-child = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, start_new_session=True)
+cwd = sys.argv[1] or None
+if cwd:
+    os.makedirs(cwd, exist_ok=True)
+child = subprocess.Popen(
+    sys.argv[2:], cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True
+)
 def end(sig=signal.SIGTERM):
     try:
         os.killpg(child.pid, sig)
@@ -244,8 +250,9 @@ def remote_argv(
     """The command to give `ssh_argv`: ``argv`` in ``cwd`` with ``env`` added, under a watchdog.
 
     ssh forwards no environment, so variables go through ``env NAME=VALUE``; the watchdog
-    (run by the host's ``python``) ends the command's whole process group when the session's
-    stdin closes, so keep the local ssh's stdin an open pipe while the command should run.
+    (run by the host's ``python``) makes ``cwd`` on the host if it is missing, and ends the
+    command's whole process group when the session's stdin closes, so keep the local ssh's
+    stdin an open pipe while the command should run.
     """
     if not argv:
         raise ConfigError("ssh: an empty command; give the argv to run on the host")
@@ -254,5 +261,4 @@ def remote_argv(
         if not (name.isascii() and name.replace("_", "a").isalnum() and not name[:1].isdigit()):
             raise ConfigError(f"ssh: environment name {name!r}; use letters, digits and _")
         pairs.append(f"{name}={value}")
-    chdir = ["--chdir", cwd] if cwd is not None else []
-    return ["env", *chdir, *pairs, python, "-c", WATCHDOG, *argv]
+    return ["env", *pairs, python, "-c", WATCHDOG, cwd or "", *argv]

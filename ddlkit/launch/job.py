@@ -24,6 +24,7 @@ from pathlib import Path
 from ddlkit.errors import ConfigError, JobTimeoutError, WorkerFailedError
 from ddlkit.launch import runs
 from ddlkit.launch.process import WorkerProcess, check_startable, signal_name, start_workers
+from ddlkit.launch.remote import remote_env
 from ddlkit.launch.spec import JobSpec, worker_env
 from ddlkit.launch.status import JobResult, StatusTable, WorkerStatus
 
@@ -72,7 +73,13 @@ class Job:
         grace: float = 3.0,
     ) -> Job:
         """Check everything, then start every worker of ``spec``; bad input starts nothing."""
-        envs = {w.name: worker_env(w, spec.run_dir, base_env) for w in spec.workers}
+        base = dict(os.environ if base_env is None else base_env)
+        envs = {
+            w.name: remote_env(w, spec.run_dir, base)
+            if w.host is not None
+            else worker_env(w, spec.run_dir, base)
+            for w in spec.workers
+        }
         check_startable(spec, envs)
         job_file = spec.run_dir / runs.JOB_FILE
         if job_file.exists():
@@ -93,7 +100,7 @@ class Job:
         job = cls(spec, progress_fn, grace)
         job._write_json()
         try:
-            job._procs = {p.spec.name: p for p in start_workers(spec.workers, envs)}
+            job._procs = {p.spec.name: p for p in start_workers(spec.workers, envs, base)}
         except BaseException as exc:
             job._internal_error = exc
             job._finalize()  # job.json records the failed start
@@ -313,6 +320,11 @@ class Job:
         how = f"was killed by {sig}" if sig else f"exited with code {code}"
         if p.killed_by:
             how += f" ({p.killed_by})"
+        elif p.spec.host is not None and code == 255:
+            how = (
+                f"lost its SSH session to {p.spec.host} (ssh exit 255: the link or the host "
+                f"went down, sshd stopped, or the program itself exited 255)"
+            )
         elif sig == "SIGKILL":
             how += " (the out-of-memory killer, or a kill -9)"
         if p.spec.expendable:
@@ -322,6 +334,11 @@ class Job:
         others = [n for n, q in self._procs.items() if q is not p and q.returncode is None]
         stopped = f"; the job stopped {', '.join(others)}" if others else ""
         fix = "Fix: read the log lines below (whole log: the path above), correct the cause"
+        if p.spec.host is not None and code == 255:
+            fix = (
+                f"Fix: check that {p.spec.host} is up and reachable (dk.hosts.check_hosts "
+                f"names the problem)"
+            )
         if _PORT_BUSY.search(lines):
             fix = (
                 "The log says a port was busy: another process holds it. Fix: launch again "

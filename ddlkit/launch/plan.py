@@ -18,6 +18,7 @@ from ddlkit import backend
 from ddlkit._tables import html_table
 from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hosts, task_name
 from ddlkit.errors import ConfigError
+from ddlkit.hosts.ssh import SshOptions
 from ddlkit.launch import devices as dev
 from ddlkit.launch.runs import log_path
 from ddlkit.launch.spec import JobSpec, WorkerSpec
@@ -26,11 +27,20 @@ STRATEGIES = ("mirrored", "multi_worker", "parameter_server", "horovod")
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 STRATEGY_VAR = "DDLKIT_STRATEGY"
 REPLICAS_VAR = "DDLKIT_REPLICAS"
+BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
+HOROVOD_START_TIMEOUT = 60  # seconds horovodrun waits for every host to start its ranks
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """What to run and how: checked on creation, shown as a table in a notebook."""
+    """What to run and how: checked on creation, shown as a table in a notebook.
+
+    ``hosts`` other than this machine (``localhost``) are reached over SSH with ``ssh``
+    (default: OpenSSH's own keys and known hosts, in BatchMode). TensorFlow tasks are put on
+    host slots in order (chief, ps, worker), each host's tasks on ports ``base_port``,
+    ``base_port + 1``, ...; Horovod gets the hosts as ``horovodrun -H`` and, if given,
+    ``--network-interface``.
+    """
 
     script: Path
     strategy: str = "multi_worker"
@@ -42,6 +52,9 @@ class LaunchConfig:
     pin_cores: bool = True
     label: str = ""
     keras: str = field(default_factory=backend.wanted_flavour)
+    ssh: SshOptions | None = None
+    base_port: int = BASE_PORT
+    network_interface: str | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -70,13 +83,30 @@ class LaunchConfig:
         if hosts is not None:
             hosts = tuple(hosts)
             remote = [h.name for h in hosts if h.name not in LOCAL_NAMES]
-            if remote and self.strategy != "horovod":
+            local = [h.name for h in hosts if h.name in LOCAL_NAMES]
+            if remote and self.strategy == "mirrored":
                 raise ConfigError(
-                    f"hosts {', '.join(remote)} are not this machine; this version of ddlkit "
-                    f"starts TensorFlow workers on localhost only. Fix: use -H localhost:N, or "
-                    f"the horovod strategy, which hands the hosts to horovodrun."
+                    f"mirrored runs one process on this machine, but the hosts name "
+                    f"{', '.join(remote)}. Fix: drop the hosts, or use multi_worker (or "
+                    f"horovod) to train across hosts."
+                )
+            if remote and local:
+                raise ConfigError(
+                    f"hosts {format_hosts(hosts)!r} mix this machine ({', '.join(local)}) with "
+                    f"other hosts, which cannot reach 'localhost' here. Fix: list this "
+                    f"machine by an address the other hosts reach, or leave it out."
                 )
         object.__setattr__(self, "hosts", hosts)
+        if self.ssh is not None and not isinstance(self.ssh, SshOptions):
+            raise ConfigError(
+                f"ssh={self.ssh!r} is not SshOptions. "
+                f"Fix: pass dk.hosts.SshOptions(identity=..., known_hosts=...)."
+            )
+        if type(self.base_port) is not int or not 1024 <= self.base_port <= 65535 - 64:
+            raise ConfigError(
+                f"base_port={self.base_port!r}: TensorFlow servers need unprivileged ports. "
+                f"Fix: pass a port from 1024 to {65535 - 64}, e.g. {BASE_PORT}."
+            )
         if self.strategy == "parameter_server":
             if type(self.ps) is not int or self.ps < 1:
                 raise ConfigError(
@@ -103,6 +133,11 @@ class LaunchConfig:
             return self.workers + self.ps + 1
         return self.workers
 
+    @property
+    def remote(self) -> bool:
+        """Whether the job runs on other hosts (over SSH) rather than on this machine."""
+        return bool(self.hosts) and all(h.name not in LOCAL_NAMES for h in self.hosts)
+
     def rows(self) -> list[tuple[str, str]]:
         rows = [
             ("strategy", self.strategy),
@@ -115,6 +150,16 @@ class LaunchConfig:
         ]
         if self.strategy == "parameter_server":
             rows.insert(2, ("parameter servers", str(self.ps)))
+        if self.remote:
+            ssh = self.ssh or SshOptions()
+            rows += [
+                ("reached by", f"ssh (BatchMode), key {ssh.identity or '~/.ssh default'}"),
+                ("cores", "not pinned on other hosts (TensorFlow sizes its thread pools)"),
+            ]
+            if self.strategy == "horovod":
+                rows.append(("network interface", self.network_interface or "horovodrun's"))
+            else:
+                rows.append(("TF server ports", f"{self.base_port} and up on each host"))
         return rows
 
     def _repr_html_(self) -> str:
@@ -122,16 +167,43 @@ class LaunchConfig:
 
 
 def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | None:
-    """The TF cluster the strategy needs, with free local ports; None if it needs none."""
-    if config.strategy == "multi_worker":
-        return ClusterSpec.local(workers=config.workers, host=host)
-    if config.strategy == "parameter_server":
+    """The TF cluster the strategy needs; None if it needs none.
+
+    On this machine: free local ports. On other hosts: tasks fill host slots in order, on
+    ports ``config.base_port`` and up (preflight checks they are free there).
+    """
+    if config.strategy not in ("multi_worker", "parameter_server"):
+        return None
+    ps_strategy = config.strategy == "parameter_server"
+    if config.remote:
+        assert config.hosts is not None
+        return ClusterSpec.from_hosts(
+            config.hosts,
+            workers=config.workers,
+            ps=config.ps if ps_strategy else 0,
+            chief=ps_strategy,
+            base_port=config.base_port,
+        )
+    if ps_strategy:
         return ClusterSpec.local(workers=config.workers, ps=config.ps, chief=True, host=host)
-    return None
+    return ClusterSpec.local(workers=config.workers, host=host)
+
+
+def remote_ports(cluster: ClusterSpec) -> dict[str, list[int]]:
+    """Each host's TF server ports in ``cluster`` (what preflight checks there)."""
+    ports: dict[str, list[int]] = {}
+    for task in cluster.tasks:
+        ports.setdefault(task.host, []).append(task.port)
+    return ports
 
 
 def horovodrun_argv(config: LaunchConfig, horovodrun: str) -> list[str]:
     hosts = format_hosts(config.hosts) if config.hosts else f"localhost:{config.workers}"
+    remote = []
+    if config.remote:
+        remote = ["--start-timeout", str(HOROVOD_START_TIMEOUT)]
+        if config.network_interface:
+            remote += ["--network-interface", config.network_interface]
     return [
         horovodrun,
         "-np",
@@ -139,6 +211,7 @@ def horovodrun_argv(config: LaunchConfig, horovodrun: str) -> list[str]:
         "-H",
         hosts,
         "--gloo",
+        *remote,
         config.python,
         str(config.script),
         *config.args,
@@ -173,10 +246,13 @@ def plan(
         service: bool = False,
         expendable: bool = False,
         command: tuple[str, ...] = argv,
+        host: str | None = None,
     ) -> WorkerSpec:
-        # pin_cores=False leaves cores and thread pools to the OS and TensorFlow.
-        cpus = devices.cpus if config.pin_cores else None
-        threads = devices.threads if config.pin_cores else None
+        # pin_cores=False leaves cores and thread pools to the OS and TensorFlow; so does
+        # another host (this machine's cores say nothing about its cores).
+        pin = config.pin_cores and host is None
+        cpus = devices.cpus if pin else None
+        threads = devices.threads if pin else None
         return WorkerSpec(
             name=name,
             argv=command,
@@ -187,6 +263,8 @@ def plan(
             threads=threads,
             service=service,
             expendable=expendable,
+            host=host,
+            ssh=config.ssh if host is not None else None,
         )
 
     if config.strategy == "mirrored":
@@ -222,8 +300,16 @@ def plan(
             # The PS coordinator reschedules a lost worker's steps; losing a ps or the
             # chief ends training, so only PS workers are expendable.
             expendable = ps_strategy and task.role == "worker"
+            host = task.host if config.remote else None
             workers.append(
-                spec(name, cluster.env(task), devices, service=service, expendable=expendable)
+                spec(
+                    name,
+                    cluster.env(task),
+                    devices if host is None else dev.Devices(None, None, None),
+                    service=service,
+                    expendable=expendable,
+                    host=host,
+                )
             )
     return JobSpec(run_id=run_id, run_dir=run_dir, workers=tuple(workers))
 

@@ -14,6 +14,11 @@ Children die with their parent, two ways:
   process exits. A job started from a short-lived thread (a callback, an executor)
   therefore keeps its workers. The death signal covers the worker itself; processes
   the worker starts are reached by the group signal while the launcher lives.
+
+A worker with a ``host`` is a local ``ssh`` process (:mod:`ddlkit.launch.remote`) whose
+stdin is an open pipe: closing it ends the worker on its host, so SIGTERM to a remote
+worker closes the pipe (the host's watchdog stops the worker, then ssh exits) and SIGKILL
+kills the local ssh (the host's sshd then closes the session, with the same effect).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ddlkit.errors import ConfigError
+from ddlkit.launch.remote import ssh_command
 from ddlkit.launch.spec import JobSpec, WorkerSpec
 
 T = TypeVar("T")
@@ -159,6 +165,7 @@ class WorkerProcess:
             code = self.popen.poll()
             if code is not None and self.ended_at is None:
                 self.ended_at = time.time()
+                self._close_stdin()
             return code
 
     def wait_ended(self, timeout: float) -> int | None:
@@ -169,10 +176,24 @@ class WorkerProcess:
         return code
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the worker's whole process group, if it is still running."""
+        """Send ``sig`` to the worker's whole process group, if it is still running.
+
+        A remote worker's SIGTERM or SIGINT closes its ssh's stdin instead: the watchdog on
+        the host ends the worker there and ssh exits with its status.
+        """
         with self._lock:
             if self.popen.returncode is None:
-                self._killpg(sig)
+                if self.spec.host is not None and sig in (signal.SIGTERM, signal.SIGINT):
+                    self._close_stdin()
+                else:
+                    self._killpg(sig)
+
+    def _close_stdin(self) -> None:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass  # ssh has gone: the pipe is broken
 
     def _killpg(self, sig: int) -> None:
         try:
@@ -209,6 +230,13 @@ def check_startable(job: JobSpec, envs: Mapping[str, Mapping[str, str]]) -> None
     allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     for w in job.workers:
         where = f"worker {w.name!r}"
+        if w.host is not None:  # its cwd and script are on the host: preflight checks them
+            if shutil.which("ssh", path=os.environ.get("PATH", os.defpath)) is None:
+                raise ConfigError(
+                    f"{where} runs on {w.host} over SSH, but there is no `ssh` here. "
+                    f"Fix: apt-get install openssh-client."
+                )
+            continue
         if not w.cwd.is_dir():
             raise ConfigError(
                 f"{where}: working directory {str(w.cwd)!r} does not exist. "
@@ -246,14 +274,18 @@ def check_startable(job: JobSpec, envs: Mapping[str, Mapping[str, str]]) -> None
                 )
 
 
-def _start_one(spec: WorkerSpec, env: Mapping[str, str], parent_pid: int) -> WorkerProcess:
+def _start_one(
+    spec: WorkerSpec, env: Mapping[str, str], parent_pid: int, base: Mapping[str, str]
+) -> WorkerProcess:
+    """Start one worker; a remote one (``env`` is then what is set on its host) via ssh."""
+    remote = spec.host is not None
     with open(spec.log_path, "wb", buffering=0) as log:
         started_at = time.time()
         popen = subprocess.Popen(
-            list(spec.argv),
-            cwd=spec.cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
+            ssh_command(spec, env) if remote else list(spec.argv),
+            cwd=spec.log_path.parent if remote else spec.cwd,
+            env=dict(base) if remote else dict(env),
+            stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -271,12 +303,17 @@ def _kill_now(procs: Sequence[WorkerProcess]) -> None:
 
 
 def start_workers(
-    workers: Sequence[WorkerSpec], envs: Mapping[str, Mapping[str, str]]
+    workers: Sequence[WorkerSpec],
+    envs: Mapping[str, Mapping[str, str]],
+    base: Mapping[str, str] | None = None,
 ) -> list[WorkerProcess]:
     """Start every worker from the spawner thread; all or none (a failure kills the rest).
 
+    ``envs`` holds each worker's whole environment, or for a remote worker what is set on
+    its host; its local ssh runs with ``base`` (default: this process's environment).
     A KeyboardInterrupt while waiting for the spawner kills whatever it starts.
     """
+    base = dict(os.environ if base is None else base)
     parent_pid = os.getpid()
     if _prctl is None:
         warnings.warn(
@@ -290,7 +327,7 @@ def start_workers(
         started: list[WorkerProcess] = []
         try:
             for w in workers:
-                started.append(_start_one(w, envs[w.name], parent_pid))
+                started.append(_start_one(w, envs[w.name], parent_pid, base))
         except BaseException as exc:
             _kill_now(started)
             name = workers[len(started)].name

@@ -7,22 +7,35 @@ This is the one place that puts the pieces together; the notebook call and
                           workers=2, args=["--epochs", "1"])
     run.dashboard()        # live curves of every worker
     result = run.wait()    # raises WorkerFailedError if a worker fails
+
+Across hosts (over SSH, checked first by `ddlkit.hosts.check_hosts`)::
+
+    run = dk.launch.start(script, strategy="multi_worker", workers=2,
+                          hosts="node1:1,node2:1", ssh=dk.hosts.SshOptions(identity=...),
+                          collector_host="auto")
 """
 
 from __future__ import annotations
 
 import html
 import json
+import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
 from ddlkit import settings
-from ddlkit.cluster import ClusterSpec
-from ddlkit.errors import DdlkitError
-from ddlkit.launch import devices, plan
+from ddlkit.cluster import ClusterSpec, horovod_slots
+from ddlkit.errors import ConfigError, DdlkitError
+from ddlkit.hosts.preflight import Preflight, check_hosts
+from ddlkit.hosts.ssh import SshOptions, write_ssh_shim
+from ddlkit.launch import devices, plan, remote
 from ddlkit.launch.job import Job, JobResult, WorkerStatus
 from ddlkit.launch.runs import new_run_id
 from ddlkit.metrics import Collector, Record
+from ddlkit.metrics.protocol import is_loopback
+
+WILDCARDS = ("0.0.0.0", "::")
 
 
 class Run:
@@ -34,11 +47,13 @@ class Run:
         cluster: ClusterSpec | None,
         job: Job,
         collector: Collector | None,
+        preflight: Preflight | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
         self.job = job
         self.collector = collector
+        self.preflight = preflight  # what the hosts answered before the job started
         self._dashboard = None
 
     # -- reading --------------------------------------------------------------------------
@@ -155,14 +170,26 @@ def start(
     live: bool = True,
     pin_cores: bool = True,
     runs_dir: str | Path | None = None,
-    collector_host: str = "127.0.0.1",
+    collector_host: str | None = None,
     collector_port: int = 0,
     token: str | None = None,
+    ssh: SshOptions | None = None,
+    base_port: int = plan.BASE_PORT,
+    network_interface: str | None = None,
+    preflight_timeout: float | None = None,
+    python: str | None = None,
 ) -> Run:
     """Start `script` under `strategy` with `workers` workers; returns at once.
 
     Everything is checked before anything starts: a bad argument raises one
-    ConfigError and leaves nothing running.
+    ConfigError and leaves nothing running. With ``hosts`` other than this machine,
+    every host is checked first over SSH (`ddlkit.hosts.check_hosts`: reachable,
+    Python and TensorFlow (and Horovod) at ``sys.executable``'s path, the script there,
+    the TF server ports free); a failure raises one `HostError` naming each host and its
+    fix. Live metrics from other hosts need ``collector_host``: ``"auto"`` (this machine's
+    address on the hosts' network) or an address they reach; a token is then made with
+    ``secrets`` unless ``token`` is given. ``python``: the kit's Python (default: this
+    one's path, which every host must have too).
     """
     config = plan.LaunchConfig(
         script=Path(script),
@@ -173,33 +200,109 @@ def start(
         ps=ps,
         pin_cores=pin_cores,
         label=label,
+        ssh=ssh,
+        base_port=base_port,
+        network_interface=network_interface,
+        **({"python": python} if python is not None else {}),
     )
+    bind, advertise = _collector_address(config, collector_host) if live else (None, None)
+    if bind is not None and not is_loopback(bind) and token is None:
+        token = secrets.token_hex(16)
     run_id = new_run_id(label or f"{strategy}-{workers}")
     run_dir = Path(runs_dir or settings.runs_dir()) / run_id
     horovodrun = plan.find_horovodrun(config.python) if strategy == "horovod" else None
     cluster = plan.cluster_for(config)
+    checked = _preflight(config, cluster, preflight_timeout) if config.remote else None
     collector = (
-        Collector(run_dir, host=collector_host, port=collector_port, token=token) if live else None
+        Collector(run_dir, host=bind, port=collector_port, token=token)
+        if bind is not None
+        else None
     )
     try:
+        extra_env = collector.env(advertise) if collector else {}
+        if config.remote and strategy == "horovod":
+            extra_env["PATH"] = _ssh_shim_path(config, run_dir)
         spec = plan.plan(
             config,
             cluster,
             run_id=run_id,
             run_dir=run_dir,
-            extra_env=collector.env() if collector else {},
+            extra_env=extra_env,
             cores=devices.local_cores(),
             gpus=devices.local_gpus(),
             horovodrun=horovodrun,
         )
         for worker in spec.workers:
-            worker.cwd.mkdir(parents=True, exist_ok=True)
+            if worker.host is None:  # a remote worker's cwd is made on its host
+                worker.cwd.mkdir(parents=True, exist_ok=True)
         job = Job.start(spec, progress_fn=_progress(collector) if collector else None)
     except BaseException:
         if collector is not None:
             collector.close()
         raise
-    return Run(config, cluster, job, collector)
+    return Run(config, cluster, job, collector, checked)
+
+
+def _used_hosts(config: plan.LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:
+    """The hosts the job uses and the ports it needs free on each."""
+    if cluster is not None:
+        return plan.remote_ports(cluster)
+    assert config.hosts is not None
+    return {h.name: [] for h in horovod_slots(config.hosts, config.workers).hosts}
+
+
+def _preflight(
+    config: plan.LaunchConfig, cluster: ClusterSpec | None, timeout: float | None
+) -> Preflight:
+    """Check every host the job uses (in parallel); raise one HostError for the failures."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for host, ports in _used_hosts(config, cluster).items():
+        groups.setdefault(tuple(ports), []).append(host)
+    rows = []
+    for ports, hosts in groups.items():
+        rows += check_hosts(
+            hosts,
+            config.ssh,
+            python=config.python,
+            ports=ports,
+            timeout=timeout,
+            files=[str(config.script)],
+            horovod=config.strategy == "horovod",
+        ).rows
+    checked = Preflight(tuple(rows))
+    checked.raise_for_failures()
+    return checked
+
+
+def _collector_address(
+    config: plan.LaunchConfig, collector_host: str | None
+) -> tuple[str, str | None]:
+    """(address the collector binds, address workers are told, None: the same)."""
+    remote_hosts = [h.name for h in config.hosts or ()] if config.remote else []
+    if remote_hosts and (collector_host is None or is_loopback(collector_host)):
+        raise ConfigError(
+            f"workers on {', '.join(remote_hosts)} cannot send live metrics to "
+            f"{collector_host or '127.0.0.1'} on this machine. Fix: pass "
+            f"collector_host='auto' (this machine's address on the hosts' network; a token "
+            f"is made for you) or an address of this machine they reach, or live=False."
+        )
+    if collector_host is None:
+        return "127.0.0.1", None
+    if collector_host == "auto":
+        return (remote.address_towards(remote_hosts), None) if remote_hosts else ("127.0.0.1", None)
+    if collector_host in WILDCARDS:
+        if not remote_hosts:
+            return collector_host, "127.0.0.1"
+        return collector_host, remote.address_towards(remote_hosts)
+    return collector_host, None
+
+
+def _ssh_shim_path(config: plan.LaunchConfig, run_dir: Path) -> str:
+    """PATH for horovodrun: our ssh shim (BatchMode, the job's SshOptions) first."""
+    shim_dir = run_dir / "ssh"
+    shim_dir.mkdir(parents=True, exist_ok=True)
+    write_ssh_shim(shim_dir, config.ssh or SshOptions())
+    return os.pathsep.join([str(shim_dir), os.environ.get("PATH", os.defpath)])
 
 
 def _progress(collector: Collector):

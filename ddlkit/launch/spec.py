@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ddlkit._tables import html_table
 from ddlkit.errors import ConfigError
+from ddlkit.hosts.ssh import SshOptions, check_host
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -67,6 +68,10 @@ class WorkerSpec:
     ``expendable`` worker is one the strategy survives losing (a ParameterServerStrategy
     worker: the coordinator reschedules its steps elsewhere): its death is recorded, but
     it does not stop the job.
+
+    A worker with a ``host`` runs there over SSH (``ssh`` options): the local process is
+    ``ssh``, whose output is the worker's log; ``env`` and the launcher's variables are set
+    on the host and ``cwd`` is made there (see :mod:`ddlkit.launch.remote`).
     """
 
     name: str
@@ -78,9 +83,20 @@ class WorkerSpec:
     threads: int | None = None
     service: bool = False
     expendable: bool = False
+    host: str | None = None
+    ssh: SshOptions | None = None
 
     def __post_init__(self) -> None:
         check_name("worker name", self.name)
+        if self.host is not None:
+            check_host(self.host)
+            if self.cpus is not None:
+                raise ConfigError(
+                    f"worker {self.name!r} runs on {self.host} but has cpus={self.cpus!r}: "
+                    f"ddlkit pins cores only on this machine. Fix: pass cpus=None."
+                )
+            if not isinstance(self.ssh, SshOptions):
+                object.__setattr__(self, "ssh", SshOptions())
         if isinstance(self.argv, str | bytes):
             raise ConfigError(
                 f"worker {self.name!r}: argv must be a list of arguments, not the string "
@@ -167,18 +183,28 @@ class WorkerSpec:
             "threads": self.threads,
             "service": self.service,
             "expendable": self.expendable,
+            "host": self.host,
         }
 
     def _row(self) -> list[object]:
         env = ", ".join(f"{k}={v}" for k, v in redact(self.env).items())
         cpus = None if self.cpus is None else ",".join(map(str, self.cpus))
-        return [self.name, shlex.join(self.argv), env, self.cwd, self.log_path, cpus, self.threads]
+        return [
+            self.name,
+            self.host or "localhost",
+            shlex.join(self.argv),
+            env,
+            self.cwd,
+            self.log_path,
+            cpus,
+            self.threads,
+        ]
 
     def _repr_html_(self) -> str:
         return html_table(_WORKER_HEADERS, [self._row()])
 
 
-_WORKER_HEADERS = ("worker", "command", "env additions", "cwd", "log", "cpus", "threads")
+_WORKER_HEADERS = ("worker", "host", "command", "env additions", "cwd", "log", "cpus", "threads")
 
 
 @dataclasses.dataclass(frozen=True)

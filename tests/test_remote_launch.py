@@ -1,0 +1,231 @@
+"""dk.launch across hosts over SSH: two namespaced hosts on this machine, each running sshd.
+
+One module-scoped demo cluster (`ddlkit.hosts.demo_cluster`) serves every test. Needs root,
+iproute2 and openssh-server/-client; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from procutil import alive, wait_until
+
+from ddlkit import hosts
+from ddlkit.errors import WorkerFailedError
+from ddlkit.hosts import demo, netns, sshd
+from ddlkit.hosts.ssh import HostError
+from ddlkit.launch import remote
+from ddlkit.launch import run as run_mod
+from ddlkit.metrics import load_run
+
+_WHY = demo.unavailable()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = ROOT / "launch" / "train_multi_worker.py"
+HOROVOD = ROOT / "launch" / "train_horovod.py"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with hosts.demo_cluster(2) as c:
+        yield c
+    assert not {h.name for h in c.hosts} & set(netns.existing())
+    assert not any(alive(p) for p in c.sshd_pids)
+
+
+def _nothing_left(cluster, run=None, timeout: float = 30, keep=()) -> None:
+    """No process but sshd (and ``keep``) on either host, and no local ssh of ``run`` alive."""
+
+    def others(i):
+        return set(cluster.processes(i)) - set(keep)
+
+    for i, address in enumerate(cluster.addresses):
+        assert wait_until(lambda i=i: not others(i), timeout=timeout), (
+            f"left running on {address}: {others(i)}"
+        )
+    if run is not None:
+        assert not [p for p in run.job.pids.values() if alive(p)]
+
+
+def _start(cluster, tmp_path, script=TRAIN, **kw):
+    kw = {**cluster.launch_kwargs(), **kw}
+    return run_mod.start(script, runs_dir=tmp_path, **kw)
+
+
+# -- bad input: one HostError naming host and fix, within a bounded time, nothing started --
+
+
+def _refused(cluster, tmp_path, match: str, keep=(), **kw) -> HostError:
+    start = time.monotonic()
+    with pytest.raises(HostError, match=match) as err:
+        _start(cluster, tmp_path, workers=2, **kw)
+    assert time.monotonic() - start < 60
+    assert not any(tmp_path.iterdir()), "a run directory was made: something started"
+    _nothing_left(cluster, keep=keep)
+    return err.value
+
+
+def test_wrong_key_is_an_authentication_failure_naming_both_hosts(cluster, tmp_path):
+    wrong = tmp_path.parent / f"{tmp_path.name}-key"
+    subprocess.run(sshd.keygen_argv(wrong, "wrong"), check=True, capture_output=True)
+    err = _refused(
+        cluster,
+        tmp_path,
+        "SSH authentication failed",
+        ssh=dataclasses.replace(cluster.ssh, identity=str(wrong)),
+    )
+    assert err.hosts == tuple(cluster.addresses) and "identity" in str(err)
+
+
+def test_an_address_without_sshd_is_unreachable(cluster, tmp_path):
+    unused = cluster.addresses[0].rsplit(".", 1)[0] + ".77"
+    err = _refused(
+        cluster,
+        tmp_path,
+        f"{unused} is unreachable",
+        hosts=f"{unused}:1,{cluster.addresses[1]}:1",
+        ssh=dataclasses.replace(cluster.ssh, connect_timeout=3),
+    )
+    assert err.hosts == (unused,) and "sshd listens" in str(err)
+
+
+def test_a_host_without_the_kits_python_is_a_missing_environment(cluster, tmp_path):
+    err = _refused(
+        cluster, tmp_path, "no /nonexistent/bin/python on", python="/nonexistent/bin/python"
+    )
+    assert err.hosts == tuple(cluster.addresses) and "venv at the same path" in str(err)
+
+
+def test_a_busy_port_on_one_host_names_that_host(cluster, tmp_path):
+    host = cluster.hosts[1]
+    port = 29777
+    hold = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(600)"
+    listener = subprocess.Popen(host.exec_argv([sys.executable, "-c", hold]))
+    listening = host.exec_argv(["ss", "-Hltn", "sport", f"= :{port}"])
+    try:
+        assert wait_until(
+            lambda: subprocess.run(listening, capture_output=True, text=True).stdout.strip(),
+            timeout=30,
+        )
+        err = _refused(
+            cluster,
+            tmp_path,
+            f"port\\(s\\) {port} already in use",
+            keep=[listener.pid],
+            base_port=port,
+        )
+        assert err.hosts == (host.address,)
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+def test_cli_bad_hosts_exit_2_with_one_line(cluster, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("".join(f"{a} slots=1\n" for a in cluster.addresses))
+    wrong = tmp_path / "wrong"
+    subprocess.run(sshd.keygen_argv(wrong, "wrong"), check=True, capture_output=True)
+    argv = [sys.executable, "-m", "ddlkit.cli", "launch", "-n", "2", "--hostfile", str(hostfile)]
+    argv += ["--ssh-identity", str(wrong), "--ssh-known-hosts", cluster.ssh.known_hosts]
+    argv += ["--collector-host", "auto", "--runs-dir", str(tmp_path / "runs"), str(TRAIN)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SSH authentication failed" in lines[0]
+    assert all(a in lines[0] for a in cluster.addresses)
+    assert not (tmp_path / "runs").exists()
+
+
+# -- real jobs across the two hosts ----------------------------------------------------------
+
+
+def test_collector_auto_is_the_launchers_address_on_the_hosts_network(cluster):
+    assert remote.address_towards(cluster.addresses) == cluster.collector_host
+    assert cluster.collector_host == cluster.hosts[0].gateway
+
+
+def test_two_host_multi_worker_run_streams_records_and_brings_logs_back(cluster, tmp_path):
+    run = _start(
+        cluster,
+        tmp_path,
+        workers=2,
+        args=["--steps-per-epoch", "12", "--epochs", "1"],
+        collector_host="auto",
+    )
+    try:
+        assert run.preflight.ok and [r.host for r in run.preflight.rows] == cluster.addresses
+        # TF servers bound to the hosts' own addresses: they can only run inside those hosts
+        assert [t.host for t in run.cluster.tasks] == cluster.addresses
+        assert run.collector.host == cluster.collector_host
+        result = run.wait(timeout=300)
+    finally:
+        run.stop()
+    assert result.ok
+    on_disk = load_run(run.run_dir)
+    for worker in ("worker-0", "worker-1"):
+        live = run.records(worker)  # sent over TCP from the host to the collector here
+        steps = [r for r in live if r.kind == "step"]
+        assert len(steps) == 12, worker
+        assert live == [r for r in on_disk if r.worker == worker]
+        log = run.run_dir / "logs" / f"{worker}.log"
+        assert "RESULT {" in log.read_text()  # the worker's output, back over SSH
+    results = run.results()
+    assert results["worker-0"]["test_accuracy"] == results["worker-1"]["test_accuracy"]
+    _nothing_left(cluster, run)
+
+
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(os.path.dirname(sys.executable), "horovodrun")),
+    reason="no horovodrun in the venv: make horovod (scripts/build-horovod.sh)",
+)
+def test_two_host_horovod_run_through_launch(cluster, tmp_path):
+    run = _start(
+        cluster,
+        tmp_path,
+        script=HOROVOD,
+        strategy="horovod",
+        workers=2,
+        args=["--steps-per-epoch", "8", "--epochs", "1"],
+    )
+    try:
+        assert all(r.horovod for r in run.preflight.rows)
+        argv = run.job.spec.workers[0].argv
+        assert argv[argv.index("-H") + 1] == cluster.host_list()
+        result = run.wait(timeout=300)
+    finally:
+        run.stop()
+    assert result.ok, run.tail("horovodrun", 40)
+    for rank in ("rank-0", "rank-1"):
+        assert len([r for r in run.records(rank) if r.kind == "step"]) == 8, rank
+    _nothing_left(cluster, run)
+
+
+def test_cut_link_mid_run_fails_the_job_within_a_bounded_time(cluster, tmp_path):
+    # ssh notices a silent link after alive_interval x alive_count = 3 s
+    ssh = dataclasses.replace(cluster.ssh, alive_interval=1, alive_count=3)
+    run = _start(cluster, tmp_path, workers=2, args=["--steps-per-epoch", "100000"], ssh=ssh)
+    try:
+        assert wait_until(lambda: run.records("worker-1"), timeout=240), run.tail("worker-1")
+        cluster.cut_link(1)
+        cut_at = time.monotonic()
+        with pytest.raises(WorkerFailedError) as err:
+            run.wait(timeout=120)
+        assert time.monotonic() - cut_at < 30
+        message = str(err.value)
+        assert err.value.worker == "worker-1", message
+        assert f"lost its SSH session to {cluster.addresses[1]}" in message
+        assert run.job.state == "failed"
+        # sshd on the cut host drops the silent session (ClientAlive 2 s x 3): the watchdog
+        # there ends the worker; the other host's worker was stopped by the job
+        _nothing_left(cluster, run, timeout=60)
+    finally:
+        run.stop()
+        cluster.restore_link(1)
+    assert hosts.check_hosts(cluster.addresses, cluster.ssh).ok
