@@ -1,0 +1,630 @@
+"""Slurm: TF_CONFIG from a job step (pure), and the launch/slurm/ templates on a real Slurm.
+
+The pure part reads fixed environments; it checks the cluster against TensorFlow's own
+SlurmClusterResolver on the same variables. The slow part starts a private single-node
+Slurm (munged, slurmctld and slurmd in the foreground, with the test's own key, config,
+ports and state directory), submits the templates with sbatch and checks every task's
+TF_CONFIG, result and metrics; every wait is bounded and a failure shows the daemons' log
+tails. Nothing the test started is left running: every process that carries its marker
+variable is gone at the end (checked).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ddlkit import slurm
+from ddlkit.errors import ConfigError
+from ddlkit.launch import plan
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = ROOT / "launch" / "slurm"
+BINARIES = ("mungekey", "munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scontrol")
+MARKER = "DDLKIT_SLURM_TEST"
+INSTALL_FIX = (
+    "Fix: as root, scripts/system-packages.sh installs munge, slurmctld, slurmd and "
+    "slurm-client (listed in system-packages.txt)."
+)
+
+
+def _env(procid: int = 0, tasks: int = 2, nodes: str = "vm", tpn: str = "2", **more) -> dict:
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_PROCID": str(procid),
+        "SLURM_STEP_NUM_TASKS": str(tasks),
+        "SLURM_STEP_NODELIST": nodes,
+        "SLURM_STEP_TASKS_PER_NODE": tpn,
+    }
+    env.update(more)
+    return env
+
+
+# --- pure: host lists, task counts, TF_CONFIG -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("vm", ["vm"]),
+        ("n[1-2],m5,o[3-4,6,7-9]", ["n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"]),
+        ("gpu[08-10]", ["gpu08", "gpu09", "gpu10"]),
+        ("n[9-10]", ["n9", "n10"]),
+        ("a-b.c[1]", ["a-b.c1"]),
+    ],
+)
+def test_expand_hostlist_keeps_slurm_order_and_padding(text, hosts):
+    assert slurm.expand_hostlist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["", "n[1-", "a]b", "n[[1]]", "a,,b", "n[2-1]", "n[x]", "n[1]x"])
+def test_bad_hostlist_is_one_config_error_with_the_fix(text):
+    with pytest.raises(ConfigError, match="Fix:"):
+        slurm.expand_hostlist(text)
+
+
+def test_expand_tasks_per_node():
+    assert slurm.expand_tasks_per_node("3(x2),2,1") == [3, 3, 2, 1]
+    assert slurm.expand_tasks_per_node("2") == [2]
+    for bad in ("", "x", "2(x)", "0", "2,,1"):
+        with pytest.raises(ConfigError, match="SLURM_STEP_TASKS_PER_NODE"):
+            slurm.expand_tasks_per_node(bad)
+
+
+def test_tf_config_two_tasks_on_one_node():
+    configs = [slurm.tf_config_from_slurm(_env(p), port_base=9000) for p in (0, 1)]
+    for index, config in enumerate(configs):
+        assert config == {
+            "cluster": {"worker": ["vm:9000", "vm:9001"]},
+            "task": {"type": "worker", "index": index},
+        }
+
+
+def test_tf_config_blocks_across_nodes_in_slurm_order():
+    env = _env(3, tasks=4, nodes="n[9-10]", tpn="2(x2)", SLURM_LOCALID="1")
+    config = slurm.tf_config_from_slurm(env, port_base=9000)
+    assert config["cluster"]["worker"] == ["n9:9000", "n9:9001", "n10:9000", "n10:9001"]
+    assert config["task"] == {"type": "worker", "index": 3}
+
+
+def test_default_port_base_is_the_same_for_every_task_and_differs_between_jobs():
+    a = [slurm.tf_config_from_slurm(_env(p)) for p in (0, 1)]
+    assert a[0]["cluster"] == a[1]["cluster"]
+    base = slurm.default_port_base(7)
+    assert a[0]["cluster"]["worker"] == [f"vm:{base}", f"vm:{base + 1}"]
+    assert slurm.default_port_base(8) - slurm.default_port_base(7) == slurm.PORTS_PER_JOB
+    assert all(1024 < slurm.default_port_base(j) < 65535 - 20 for j in (0, 1999, 2000, 10**9))
+
+
+def test_missing_slurm_variables_are_named_in_one_error_with_the_fix():
+    with pytest.raises(ConfigError) as info:
+        slurm.tf_config_from_slurm({"SLURM_JOB_ID": "3"})
+    message = str(info.value)
+    for var in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST"):
+        assert var in message
+    assert "SLURM_JOB_ID" not in message.split("Fix:")[0]
+    assert "srun" in message and "launch/slurm/multi_worker.sbatch" in message
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        (_env(0, tasks=3), "disagree"),
+        (_env(2), "disagree"),
+        (_env(0, nodes="n[1-2]", tpn="2"), "2 hosts but 1 task counts"),
+        (_env(0, nodes="n1,n1", tpn="1(x2)"), "appears twice"),
+        (_env("x"), "not a number"),
+        (_env(1, SLURM_LOCALID="0"), "distribution=block"),
+        (_env(0, SLURMD_NODENAME="other"), "distribution=block"),
+    ],
+)
+def test_inconsistent_step_variables_are_refused(env, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        slurm.tf_config_from_slurm(env)
+
+
+def test_port_base_out_of_range_and_too_many_tasks_per_node():
+    with pytest.raises(ConfigError, match="between 1024 and 65533"):
+        slurm.tf_config_from_slurm(_env(0), port_base=65535)
+    many = _env(0, tasks=21, tpn="21")
+    with pytest.raises(ConfigError, match="--port-base"):
+        slurm.tf_config_from_slurm(many)
+    assert len(slurm.tf_config_from_slurm(many, port_base=30000)["cluster"]["worker"]) == 21
+
+
+def test_worker_env_names_the_worker_and_its_run_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLKIT_RUNS", str(tmp_path))
+    env = slurm.worker_env(_env(1), port_base=9000)
+    assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+    assert env["DDLKIT_WORKER"] == "worker-1"
+    assert env["DDLKIT_RUN_DIR"] == str(tmp_path / "slurm-7")
+    assert env["TF_USE_LEGACY_KERAS"] in ("0", "1")
+    given = slurm.worker_env(_env(0, DDLKIT_RUN_DIR=str(tmp_path / "x")))
+    assert given["DDLKIT_RUN_DIR"] == str(tmp_path / "x")
+
+
+def test_horovod_hosts_from_the_job_allocation():
+    env = {"SLURM_JOB_NODELIST": "n[1-2],gpu7", "SLURM_TASKS_PER_NODE": "2(x2),1"}
+    assert slurm.horovod_hosts(env) == "n1:2,n2:2,gpu7:1"
+    with pytest.raises(ConfigError, match="SLURM_TASKS_PER_NODE.*horovod.sbatch"):
+        slurm.horovod_hosts({"SLURM_JOB_NODELIST": "n1"})
+
+
+def test_step_shows_as_a_table():
+    step = slurm.step_from_env(_env(1, tasks=3, nodes="a,<b>", tpn="2,1"))
+    html = step._repr_html_()
+    assert "task 1 of 3" in html and "&lt;b&gt;" in html and "<b>" not in html
+
+
+# --- against TensorFlow's SlurmClusterResolver --------------------------------------------
+
+
+def _tf_resolver_view(monkeypatch, env: dict, **kwargs):
+    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as scr
+
+    for name in [n for n in os.environ if n.startswith("SLURM")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    resolver = scr.SlurmClusterResolver(**kwargs)
+    return resolver.cluster_spec().as_dict(), resolver.get_task_info()
+
+
+@pytest.mark.parametrize(
+    ("nodes", "tpn"), [("vm", "2"), ("n[1-2]", "2(x2)"), ("a,b,c", "1,2,1"), ("n[08-10]", "1(x3)")]
+)
+def test_same_cluster_as_tensorflows_slurm_resolver(monkeypatch, nodes, tpn):
+    tasks = sum(slurm.expand_tasks_per_node(tpn))
+    for procid in range(tasks):
+        env = _env(procid, tasks=tasks, nodes=nodes, tpn=tpn)
+        ours = slurm.tf_config_from_slurm(env, port_base=9000)
+        most = max(slurm.expand_tasks_per_node(tpn))
+        cluster, (task_type, task_id) = _tf_resolver_view(
+            monkeypatch, env, port_base=9000, gpus_per_node=most, gpus_per_task=1,
+            auto_set_gpu=False,
+        )  # fmt: skip
+        assert ours["cluster"] == cluster
+        assert ours["task"] == {"type": task_type, "index": task_id}
+
+
+def test_tensorflows_resolver_fails_on_cpu_nodes_and_ours_works(monkeypatch, tmp_path):
+    """Why the kit does not call SlurmClusterResolver() as it comes (TF 2.21)."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi, as on a CPU node
+    with pytest.raises(FileNotFoundError, match="nvidia-smi"):
+        _tf_resolver_view(monkeypatch, _env(0), port_base=9000)
+    with pytest.raises(ValueError, match="must not be zero"):
+        _tf_resolver_view(monkeypatch, _env(0), port_base=9000, gpus_per_node=0)
+    cluster, task = _tf_resolver_view(monkeypatch, _env(1), port_base=9000, **_cpu_kwargs(2))
+    assert cluster == {"worker": ["vm:9000", "vm:9001"]} and task == ("worker", 1)
+    # With n9 and n10 TensorFlow sorts the names as strings: n10 first, so task 0 (which
+    # Slurm runs on n9) would be given n10's address. The kit keeps Slurm's order.
+    env = _env(0, tasks=2, nodes="n[9-10]", tpn="1(x2)")
+    cluster, _ = _tf_resolver_view(monkeypatch, env, port_base=9000, **_cpu_kwargs(1))
+    assert cluster["worker"] == ["n10:9000", "n9:9000"]
+    assert slurm.tf_config_from_slurm(env, 9000)["cluster"]["worker"] == ["n9:9000", "n10:9000"]
+
+
+def _cpu_kwargs(most: int) -> dict:
+    return {"gpus_per_node": most, "gpus_per_task": 1, "auto_set_gpu": False}
+
+
+def test_resolver_helper_gives_tensorflows_resolver_working_on_cpu(monkeypatch):
+    env = _env(1, SLURM_JOB_ID="12")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    resolver = slurm.resolver()
+    base = slurm.default_port_base(12)
+    assert resolver.cluster_spec().as_dict() == {"worker": [f"vm:{base}", f"vm:{base + 1}"]}
+    assert resolver.get_task_info() == ("worker", 1)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+# --- the exec wrapper, for real (no Slurm needed) ------------------------------------------
+
+
+def test_exec_sets_the_worker_env_and_passes_arguments_verbatim(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "keys = ('TF_CONFIG', 'DDLKIT_WORKER', 'DDLKIT_RUN_DIR', 'TF_USE_LEGACY_KERAS')\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'pid': os.getpid(),\n"
+        "                  **{k: os.environ.get(k) for k in keys}}))\n"
+    )
+    odd = ["a b", "$(touch pwned)", ";", "--epochs", "1", "*"]
+    env = {**os.environ, **_env(1), "DDLKIT_RUNS": str(tmp_path / "runs")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddlkit.slurm", "exec", "--port-base", "9100", "--", str(script)]
+        + odd,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["argv"] == odd and not (tmp_path / "pwned").exists()
+    assert json.loads(shown["TF_CONFIG"]) == {
+        "cluster": {"worker": ["vm:9100", "vm:9101"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    assert shown["DDLKIT_WORKER"] == "worker-1"
+    assert shown["DDLKIT_RUN_DIR"] == str(tmp_path / "runs" / "slurm-7")
+    assert "worker-1 TF_CONFIG=" in proc.stderr  # shown in the job's output
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "words"),
+    [
+        ({}, ["exec", "--", "launch/train_multi_worker.py"], "not inside a Slurm job step"),
+        (_env(0), ["exec", "--", "no/such/script.py"], "not found"),
+        ({}, ["hosts"], "not inside a Slurm job"),
+        ({}, ["run-dir"], "SLURM_JOB_ID"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(env, argv, words):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddlkit.slurm", *argv],
+        env={**clean, **env}, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert words in proc.stderr and "Fix:" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_templates_are_plain_bash_that_quote_their_variables():
+    for name in ("multi_worker.sbatch", "horovod.sbatch"):
+        path = TEMPLATES / name
+        text = path.read_text()
+        assert text.startswith("#!/bin/bash\n") and "set -euo pipefail" in text
+        assert subprocess.run(["bash", "-n", str(path)], timeout=30).returncode == 0
+        assert '"$@"' in text and "eval" not in text
+        # every expansion of a variable in a command line is inside double quotes
+        code = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        for line in code:
+            unquoted = re.sub(r'"[^"]*"', "", line)
+            assert not re.search(r"\$[\w{@*]", unquoted), f"{name}: unquoted {line!r}"
+
+
+# --- a real single-node Slurm ---------------------------------------------------------------
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _marked_pids(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (``NAME=value``)."""
+    found, needle = [], marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"({exc})"
+
+
+@dataclass
+class MiniSlurm:
+    """A private single-node Slurm: its files, its environment, the daemons it started."""
+
+    root: Path
+    node: str
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def marker(self) -> str:
+        return f"{MARKER}={self.root}"
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("munged", "slurmctld", "slurmd"):
+            parts.append(f"--- {name} (last lines) ---\n{_tail(self.root / 'log' / f'{name}.log')}")
+        return "\n".join(parts)
+
+    def run(self, argv: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+        env = {**os.environ, **self.env, **kw.pop("env", {})}
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+    def node_state(self) -> str:
+        proc = self.run(["sinfo", "-h", "-N", "-o", "%T"], timeout=20)
+        return proc.stdout.strip() if proc.returncode == 0 else f"sinfo failed: {proc.stderr}"
+
+    def job_fields(self, job_id: int) -> dict[str, str]:
+        proc = self.run(["scontrol", "-o", "show", "job", str(job_id)], timeout=20)
+        return dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 else {}
+
+    def submit(
+        self, template: Path, args: list[str], output: Path, env: dict, timeout: float = 600
+    ) -> tuple[int, str]:
+        """sbatch ``template`` from the repository root; wait (bounded) until it ends."""
+        proc = self.run(
+            ["sbatch", "--parsable", f"--output={output}", "--time=15", str(template), *args],
+            env=env, cwd=ROOT,
+        )  # fmt: skip
+        assert proc.returncode == 0, f"sbatch failed: {proc.stderr}\n{self.logs()}"
+        job_id = int(proc.stdout.strip().split(";")[0])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            fields = self.job_fields(job_id)
+            if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+                break
+            time.sleep(1)
+        else:
+            self.run(["scancel", str(job_id)], timeout=20)
+            pytest.fail(
+                f"job {job_id} still running after {timeout} s; cancelled.\n"
+                f"--- job output ---\n{_tail(output, 60)}\n{self.logs()}"
+            )
+        text = output.read_text(errors="replace") if output.exists() else ""
+        state = (fields.get("JobState"), fields.get("ExitCode"))
+        assert state == ("COMPLETED", "0:0"), f"job {job_id}: {state}\n{text[-6000:]}"
+        return job_id, text
+
+
+def _start(name: str, argv: list[str], cluster: MiniSlurm) -> None:
+    log = open(cluster.root / "log" / f"{name}.out", "wb")  # noqa: SIM115 (kept by Popen)
+    cluster.procs[name] = subprocess.Popen(
+        argv,
+        env={**os.environ, **cluster.env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log.close()
+
+
+def _wait(what: str, predicate, cluster: MiniSlurm, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dead = [n for n, p in cluster.procs.items() if p.poll() is not None]
+        if dead:
+            break
+        if predicate():
+            return
+        time.sleep(0.5)
+    outs = "\n".join(
+        f"--- {n} stdout ---\n{_tail(cluster.root / 'log' / f'{n}.out', 15)}" for n in cluster.procs
+    )
+    status = {n: p.poll() for n, p in cluster.procs.items()}
+    pytest.fail(f"{what}: not within {timeout} s (exit codes {status})\n{outs}\n{cluster.logs()}")
+
+
+def _stop(cluster: MiniSlurm) -> list[int]:
+    """Cancel jobs, stop the daemons (TERM, then KILL), then anything still marked."""
+    if "slurmctld" in cluster.procs and cluster.procs["slurmctld"].poll() is None:
+        jobs = cluster.run(["squeue", "-h", "-o", "%i"], timeout=20).stdout.split()
+        if jobs:
+            cluster.run(["scancel", *jobs], timeout=20)
+            end = time.monotonic() + 30
+            while time.monotonic() < end and cluster.run(["squeue", "-h"], timeout=20).stdout:
+                time.sleep(0.5)
+    for name in ("slurmd", "slurmctld", "munged"):
+        proc = cluster.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            continue
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+    left = _marked_pids(cluster.marker)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def mini_slurm(tmp_path_factory):
+    missing = [b for b in BINARIES if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"Slurm/munge programs not installed: {', '.join(missing)}. {INSTALL_FIX}")
+    if os.geteuid() != 0:
+        pytest.skip("this test runs munged, slurmctld and slurmd as root (SlurmUser=root)")
+    root = tmp_path_factory.mktemp("slurm")
+    root.chmod(0o755)  # munged wants the socket's directories searchable by all
+    for sub, mode in (("key", 0o700), ("run", 0o755), ("log", 0o755), ("state", 0o700)):
+        (root / sub).mkdir(mode=mode)
+    (root / "spool").mkdir(mode=0o755)
+    node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30).stdout
+    fields = dict(re.findall(r"(\w+)=(\S+)", node.splitlines()[0]))
+    ctld_port, slurmd_port = _free_ports(2)
+    conf = root / "slurm.conf"
+    conf.write_text(
+        textwrap.dedent(f"""\
+        ClusterName=ddlkit-test
+        SlurmctldHost={fields["NodeName"]}
+        SlurmUser=root
+        SlurmdUser=root
+        AuthType=auth/munge
+        AuthInfo=socket={root}/run/munge.sock
+        CredType=cred/munge
+        SlurmctldPort={ctld_port}
+        SlurmdPort={slurmd_port}
+        StateSaveLocation={root}/state
+        SlurmdSpoolDir={root}/spool
+        SlurmctldPidFile={root}/run/slurmctld.pid
+        SlurmdPidFile={root}/run/slurmd.pid
+        SlurmctldLogFile={root}/log/slurmctld.log
+        SlurmdLogFile={root}/log/slurmd.log
+        ProctrackType=proctrack/linuxproc
+        TaskPlugin=task/none
+        JobAcctGatherType=jobacct_gather/none
+        AccountingStorageType=accounting_storage/none
+        SelectType=select/cons_tres
+        SelectTypeParameters=CR_CPU
+        MpiDefault=none
+        SwitchType=switch/none
+        ReturnToService=2
+        MinJobAge=600
+        NodeName={fields["NodeName"]} CPUs={fields["CPUs"]} State=UNKNOWN
+        PartitionName=test Nodes={fields["NodeName"]} Default=YES MaxTime=60 State=UP
+        """)
+    )
+    cluster = MiniSlurm(root, fields["NodeName"], {"SLURM_CONF": str(conf), MARKER: str(root)})
+    key = root / "key" / "munge.key"
+    sock = root / "run" / "munge.sock"
+    try:
+        made = cluster.run(["mungekey", "--create", f"--keyfile={key}"], timeout=30)
+        assert made.returncode == 0, made.stderr
+        _start(
+            "munged",
+            ["munged", "--foreground", f"--key-file={key}", f"--socket={sock}",
+             f"--pid-file={root}/run/munged.pid", f"--log-file={root}/log/munged.log",
+             f"--seed-file={root}/key/munged.seed"],
+            cluster,
+        )  # fmt: skip
+        _wait("munged's socket", sock.exists, cluster, timeout=30)
+        _start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)], cluster)
+        _start("slurmd", ["slurmd", "-D", "-f", str(conf)], cluster)
+        _wait("the node to be idle", lambda: cluster.node_state() == "idle", cluster, 90)
+        yield cluster
+    finally:
+        left = _stop(cluster)
+        assert not left, f"processes left running after the test (killed now): {left}"
+        assert not _marked_pids(cluster.marker)
+
+
+def _job_env(tmp_path: Path, script: str | None = None) -> dict[str, str]:
+    env = {"DDLKIT_RUNS": str(tmp_path / "runs"), "DDLKIT_PYTHON": sys.executable}
+    if script:
+        env["DDLKIT_SCRIPT"] = script
+    return env
+
+
+@pytest.mark.slow
+def test_real_slurm_each_task_gets_the_tf_config_tensorflows_resolver_builds(mini_slurm, tmp_path):
+    check = tmp_path / "check_tf_config.py"
+    check.write_text(
+        textwrap.dedent("""\
+        import json, os
+        import ddlkit  # noqa: F401
+        import tensorflow as tf
+        from ddlkit import slurm
+        tf_slurm = slurm.resolver()  # TensorFlow's SlurmClusterResolver from SLURM_* vars
+        tf_config = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        out = os.path.join(os.environ["DDLKIT_RUN_DIR"], "check")
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, os.environ["DDLKIT_WORKER"] + ".json"), "w") as fh:
+            json.dump({
+                "slurm": [tf_slurm.cluster_spec().as_dict(), list(tf_slurm.get_task_info())],
+                "tf_config": [tf_config.cluster_spec().as_dict(),
+                              [tf_config.task_type, tf_config.task_id]],
+                "procid": os.environ["SLURM_PROCID"],
+            }, fh)
+        """)
+    )
+    template = TEMPLATES / "multi_worker.sbatch"
+    job, _ = mini_slurm.submit(
+        template, [], tmp_path / "check.out", _job_env(tmp_path, str(check)), timeout=300
+    )
+    seen = {
+        p.stem: json.loads(p.read_text())
+        for p in (tmp_path / "runs" / f"slurm-{job}" / "check").glob("*.json")
+    }
+    assert sorted(seen) == ["worker-0", "worker-1"], seen
+    base = slurm.default_port_base(job)
+    expected = {"worker": [f"{mini_slurm.node}:{base}", f"{mini_slurm.node}:{base + 1}"]}
+    for name, view in seen.items():
+        index = int(name.split("-")[1])
+        assert view["procid"] == str(index)
+        assert view["slurm"] == view["tf_config"] == [expected, ["worker", index]], view
+
+
+@pytest.mark.slow
+def test_real_slurm_multi_worker_template_trains_two_workers(mini_slurm, data_env, tmp_path):
+    args = ["--steps-per-epoch", "5", "--epochs", "1", "--batch-size", "32"]
+    template = TEMPLATES / "multi_worker.sbatch"
+    job, output = mini_slurm.submit(template, args, tmp_path / "mwms.out", _job_env(tmp_path))
+    # every task printed the TF_CONFIG it was given: one cluster, indexes 0 and 1
+    shown = re.findall(r"ddlkit\.slurm: (worker-\d) TF_CONFIG=(\{.*?\}) run_dir=", output)
+    configs = {name: json.loads(text) for name, text in shown}
+    assert sorted(configs) == ["worker-0", "worker-1"], output[-3000:]
+    base = slurm.default_port_base(job)
+    for name, config in configs.items():
+        assert config["cluster"]["worker"] == [f"{mini_slurm.node}:{base + i}" for i in (0, 1)]
+        assert config["task"] == {"type": "worker", "index": int(name[-1])}
+    run_dir = tmp_path / "runs" / f"slurm-{job}"
+    results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
+    assert sorted(results) == ["worker-0", "worker-1"], output[-3000:]
+    for result in results.values():
+        assert result["replicas"] == 2 and result["steps"] == 5 and result["global_batch"] == 64
+        assert 0.0 <= result["test_accuracy"] <= 1.0 and math.isfinite(result["train_seconds"])
+    assert results["worker-0"]["test_accuracy"] == results["worker-1"]["test_accuracy"]
+    from ddlkit.metrics import load_run
+
+    steps = {}
+    for record in load_run(run_dir):
+        if record.kind == "step":
+            steps[record.worker] = max(steps.get(record.worker, 0), record.step)
+    assert steps == {"worker-0": 5, "worker-1": 5}
+
+
+@pytest.mark.slow
+def test_real_slurm_horovod_template_trains_two_averaged_ranks(mini_slurm, data_env, tmp_path):
+    horovodrun = plan.find_horovodrun(sys.executable)
+    if horovodrun is None:
+        pytest.skip("no horovodrun in this venv. Fix: scripts/build-horovod.sh .venv/bin/python")
+    args = ["--steps-per-epoch", "5", "--epochs", "1", "--batch-size", "32"]
+    env = {**_job_env(tmp_path), "DDLKIT_HOROVODRUN": horovodrun}
+    template = TEMPLATES / "horovod.sbatch"
+    job, output = mini_slurm.submit(template, args, tmp_path / "hvd.out", env)
+    assert f"-H {mini_slurm.node}:2;" in output, output[-3000:]
+    run_dir = tmp_path / "runs" / f"slurm-{job}"
+    results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
+    assert sorted(results) == ["rank-0", "rank-1"], output[-3000:]
+    r0, r1 = results["rank-0"], results["rank-1"]
+    assert r0["replicas"] == r1["replicas"] == 2 and r0["steps"] == 5
+    assert r0["weights_checksum"] == r1["weights_checksum"], "replicas diverged"
+    assert r0["loss"] == r1["loss"], "MetricAverageCallback: ranks disagree on the epoch loss"
+    from ddlkit.metrics import load_run
+
+    workers = {r.worker for r in load_run(run_dir) if r.kind == "step"}
+    assert workers == {"rank-0", "rank-1"}
+
+
+@pytest.mark.slow
+def test_real_slurm_bad_script_fails_the_step_with_the_fix(mini_slurm, tmp_path):
+    proc = mini_slurm.run(
+        ["srun", "-n", "2", sys.executable, "-m", "ddlkit.slurm", "exec", "--", "no/such.py"],
+        cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert proc.stderr.count("worker script 'no/such.py' not found") == 2, proc.stderr
