@@ -224,3 +224,30 @@ def test_a_real_benchmark_run_reads_back(tmp_path):
     assert single.throughput.median > 0 and single.step_time.median > 0
     assert single.vs_single == 1.0 and single.speedup == 1.0
     assert res.bench_id == bench.bench_id and res.cores == tuple(bench.cores)
+
+
+def test_summary_answers_per_multi_worker_case(tmp_path):
+    res = load_results(write(tmp_path, document()))
+    lines = res.summary().splitlines()
+    assert lines[0] == "single-x1: 2,000 examples/s"
+    assert lines[1] == (
+        "multi_worker-x2: 1,600 examples/s, 1.60x its own x1 (80% efficiency), "
+        "0.80x one device, communication 25%"
+    )
+    assert lines[2] == (
+        "parameter_server-x2: 1,200 examples/s, 0.60x one device, "
+        "communication not measured: push/pull is inside the step"
+    )
+    assert lines[3] == "horovod-x2: skipped: horovodrun was not found"
+    assert len(lines) == 4  # x1 cases of the strategies are in the table, not the summary
+
+
+def test_plan_table_shows_every_planned_case_before_it_runs():
+    from ddlkit.bench.config import plan_cases
+    from ddlkit.bench.results import plan_table
+
+    table = plan_table(plan_cases(True, 2, False, strategies=("single", "horovod")))
+    assert [r[0] for r in table.rows] == ["single-x1", "horovod-x1", "horovod-x2"]
+    assert table.rows[2][3] == "64 x 2"
+    assert "horovodrun was not found" in table.rows[1][6]
+    assert "horovod-x2" in table._repr_html_() and "horovod-x2" in str(table)

@@ -215,9 +215,29 @@ class BenchResults:
             *self.meta,
         ]
 
-    def about(self) -> _Table:
+    def about(self) -> Table:
         """Where, when and how the benchmark ran, as a table."""
-        return _Table(("", ""), tuple(self.about_rows()), f"about {self.bench_id}")
+        return Table(("", ""), tuple(self.about_rows()), f"about {self.bench_id}")
+
+    def summary(self) -> str:
+        """One line per multi-worker case: the numbers that answer "which is faster"."""
+        lines = []
+        single = self.single
+        for c in self.cases:
+            if c.workers == 1 and c.strategy != "single":
+                continue
+            if not c.ok:
+                lines.append(f"{c.name}: {c.status}")
+                continue
+            parts = [f"{c.throughput.median:,.0f} examples/s"]
+            if c.efficiency is not None and c.workers > 1:
+                parts.append(f"{c.speedup:.2f}x its own x1 ({c.efficiency:.0%} efficiency)")
+            if single is not None and c is not single:
+                parts.append(f"{c.vs_single:.2f}x one device")
+            if c.workers > 1:
+                parts.append(f"communication {c.comm_text()}")
+            lines.append(f"{c.name}: " + ", ".join(parts))
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         return html_table(HEADERS, self.rows(), self.caption())
@@ -227,7 +247,9 @@ class BenchResults:
 
 
 @dataclass(frozen=True)
-class _Table:
+class Table:
+    """A small table a notebook shows as HTML and a terminal as text."""
+
     headers: tuple[str, ...]
     rows: tuple[tuple[str, str], ...]
     caption: str = ""
@@ -237,6 +259,25 @@ class _Table:
 
     def __str__(self) -> str:
         return text_table(self.headers, self.rows, self.caption)
+
+
+def plan_table(cases: Sequence[Any]) -> Table:
+    """The planned :class:`~ddlkit.bench.config.BenchCase` list, as a table to show before
+    running it."""
+    rows = tuple(
+        (
+            c.name,
+            str(c.workers),
+            str(c.steps),
+            f"{c.batch} x {c.workers}",
+            str(c.repeats),
+            f"{c.model} CNN",
+            c.skip or "",
+        )
+        for c in cases
+    )
+    headers = ("case", "workers", "steps", "global batch", "repeats", "model", "skipped")
+    return Table(headers, rows, f"{len(cases)} cases")
 
 
 # --- reading -------------------------------------------------------------------------
