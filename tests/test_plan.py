@@ -237,3 +237,16 @@ def test_remote_hosts_without_a_reachable_collector_is_refused_before_anything_s
             )  # fmt: skip
         assert "collector_host='auto'" in str(err.value)
     assert not any(tmp_path.iterdir())  # no run directory: nothing was started
+
+
+def test_cli_remote_hosts_without_collector_host_exit_2_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "ddlkit.cli", "launch", "-n", "2", "-H", "10.0.0.7:1,10.0.0.8:1"]
+    argv += ["--runs-dir", str(tmp_path / "runs"), str(SCRIPT)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot send live metrics" in lines[0]
+    assert not (tmp_path / "runs").exists()

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or ""
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "launch" / "train_multi_worker.py"
 HOROVOD = ROOT / "launch" / "train_horovod.py"
+PS = ROOT / "launch" / "train_parameter_server.py"
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +142,10 @@ def test_cli_bad_hosts_exit_2_with_one_line(cluster, tmp_path):
     assert len(lines) == 1 and "SSH authentication failed" in lines[0]
     assert all(a in lines[0] for a in cluster.addresses)
     assert not (tmp_path / "runs").exists()
+    missing = [*argv[:-1], "--ssh-identity", str(tmp_path / "none"), str(TRAIN)]
+    done = subprocess.run(missing, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "no SSH key at" in done.stderr
 
 
 # -- real jobs across the two hosts ----------------------------------------------------------
@@ -178,6 +183,36 @@ def test_two_host_multi_worker_run_streams_records_and_brings_logs_back(cluster,
         assert "RESULT {" in log.read_text()  # the worker's output, back over SSH
     results = run.results()
     assert results["worker-0"]["test_accuracy"] == results["worker-1"]["test_accuracy"]
+    _nothing_left(cluster, run)
+
+
+def test_two_host_parameter_server_run_ends_its_remote_servers(cluster, tmp_path):
+    run = _start(
+        cluster,
+        tmp_path,
+        script=PS,
+        strategy="parameter_server",
+        workers=1,
+        ps=1,
+        hosts=f"{cluster.addresses[0]}:2,{cluster.addresses[1]}:1",
+        args=["--steps-per-epoch", "20", "--report-every", "10"],
+    )
+    try:
+        placed = {t.name: t.address for t in run.cluster.tasks}
+        a0, a1 = cluster.addresses
+        assert placed == {
+            "chief-0": f"{a0}:29600",
+            "ps-0": f"{a0}:29601",
+            "worker-0": f"{a1}:29600",
+        }
+        result = run.wait(timeout=300)
+    finally:
+        run.stop()
+    assert result.state == "finished", run.tail("chief-0", 40)
+    states = {name: s.state for name, s in result.workers.items()}
+    # the servers never end by themselves: the job ended them by closing their ssh's stdin
+    assert states == {"chief-0": "finished", "ps-0": "stopped", "worker-0": "stopped"}
+    assert run.results()["chief-0"]["steps"] == 20
     _nothing_left(cluster, run)
 
 

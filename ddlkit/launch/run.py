@@ -283,8 +283,9 @@ def _collector_address(
         raise ConfigError(
             f"workers on {', '.join(remote_hosts)} cannot send live metrics to "
             f"{collector_host or '127.0.0.1'} on this machine. Fix: pass "
-            f"collector_host='auto' (this machine's address on the hosts' network; a token "
-            f"is made for you) or an address of this machine they reach, or live=False."
+            f"collector_host='auto' (ddlkit launch --collector-host auto: this machine's "
+            f"address on the hosts' network; a token is made for you) or an address of this "
+            f"machine they reach, or live=False (--no-live)."
         )
     if collector_host is None:
         return "127.0.0.1", None
