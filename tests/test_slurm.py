@@ -11,6 +11,7 @@ variable is gone at the end (checked).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -451,26 +453,21 @@ def _stop(cluster: MiniSlurm) -> list[int]:
     return left
 
 
-@pytest.fixture(scope="module")
-def mini_slurm(tmp_path_factory):
+def _skip_unless_slurm_can_run() -> None:
     missing = [b for b in BINARIES if shutil.which(b) is None]
     if missing:
         pytest.skip(f"Slurm/munge programs not installed: {', '.join(missing)}. {INSTALL_FIX}")
     if os.geteuid() != 0:
         pytest.skip("this test runs munged, slurmctld and slurmd as root (SlurmUser=root)")
-    root = tmp_path_factory.mktemp("slurm")
-    root.chmod(0o755)  # munged wants the socket's directories searchable by all
-    for sub, mode in (("key", 0o700), ("run", 0o755), ("log", 0o755), ("state", 0o700)):
-        (root / sub).mkdir(mode=mode)
-    (root / "spool").mkdir(mode=0o755)
-    node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30).stdout
-    fields = dict(re.findall(r"(\w+)=(\S+)", node.splitlines()[0]))
+
+
+def _write_conf(root: Path, node: str, cpus: str) -> Path:
     ctld_port, slurmd_port = _free_ports(2)
     conf = root / "slurm.conf"
     conf.write_text(
         textwrap.dedent(f"""\
         ClusterName=ddlkit-test
-        SlurmctldHost={fields["NodeName"]}
+        SlurmctldHost={node}
         SlurmUser=root
         SlurmdUser=root
         AuthType=auth/munge
@@ -494,10 +491,29 @@ def mini_slurm(tmp_path_factory):
         SwitchType=switch/none
         ReturnToService=2
         MinJobAge=600
-        NodeName={fields["NodeName"]} CPUs={fields["CPUs"]} State=UNKNOWN
-        PartitionName=test Nodes={fields["NodeName"]} Default=YES MaxTime=60 State=UP
+        NodeName={node} CPUs={cpus} State=UNKNOWN
+        PartitionName=test Nodes={node} Default=YES MaxTime=60 State=UP
         """)
     )
+    return conf
+
+
+@contextlib.contextmanager
+def _slurm_cluster(start_slurmd: bool = True, idle_timeout: float = 90):
+    """munged, slurmctld and slurmd (foreground) with their own key, config, ports, dirs.
+
+    Yields once the node is idle; on leaving, nothing the cluster started is running.
+    """
+    # munged wants every directory above its socket searchable by all, which pytest's
+    # own temporary directories (0700) are not: so a directory of its own in /tmp.
+    root = Path(tempfile.mkdtemp(prefix="ddlkit-slurm-"))
+    root.chmod(0o755)
+    for sub, mode in (("key", 0o700), ("run", 0o755), ("log", 0o755), ("state", 0o700)):
+        (root / sub).mkdir(mode=mode)
+    (root / "spool").mkdir(mode=0o755)
+    probe = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30)
+    fields = dict(re.findall(r"(\w+)=(\S+)", probe.stdout.splitlines()[0]))
+    conf = _write_conf(root, fields["NodeName"], fields["CPUs"])
     cluster = MiniSlurm(root, fields["NodeName"], {"SLURM_CONF": str(conf), MARKER: str(root)})
     key = root / "key" / "munge.key"
     sock = root / "run" / "munge.sock"
@@ -513,13 +529,23 @@ def mini_slurm(tmp_path_factory):
         )  # fmt: skip
         _wait("munged's socket", sock.exists, cluster, timeout=30)
         _start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)], cluster)
-        _start("slurmd", ["slurmd", "-D", "-f", str(conf)], cluster)
-        _wait("the node to be idle", lambda: cluster.node_state() == "idle", cluster, 90)
+        if start_slurmd:
+            _start("slurmd", ["slurmd", "-D", "-f", str(conf)], cluster)
+        idle = lambda: cluster.node_state() == "idle"  # noqa: E731
+        _wait("the node to be idle", idle, cluster, idle_timeout)
         yield cluster
     finally:
         left = _stop(cluster)
         assert not left, f"processes left running after the test (killed now): {left}"
         assert not _marked_pids(cluster.marker)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mini_slurm():
+    _skip_unless_slurm_can_run()
+    with _slurm_cluster() as cluster:
+        yield cluster
 
 
 def _job_env(tmp_path: Path, script: str | None = None) -> dict[str, str]:
@@ -628,3 +654,37 @@ def test_real_slurm_bad_script_fails_the_step_with_the_fix(mini_slurm, tmp_path)
     )  # fmt: skip
     assert proc.returncode != 0
     assert proc.stderr.count("worker script 'no/such.py' not found") == 2, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_node_that_never_registers_fails_in_bounded_time_with_the_logs():
+    _skip_unless_slurm_can_run()
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception) as info, _slurm_cluster(False, idle_timeout=8):
+        pass
+    message = str(info.value)
+    assert "the node to be idle: not within 8 s" in message
+    assert "--- slurmctld (last lines) ---" in message and "slurmctld version" in message
+    assert time.monotonic() - start < 60  # the wait, plus stopping what was started
+
+
+@pytest.mark.slow
+def test_a_job_past_its_wait_is_cancelled_and_leaves_nothing(mini_slurm, tmp_path):
+    sleeper = tmp_path / "sleep.py"
+    sleeper.write_text("import time\ntime.sleep(600)\n")
+    env = _job_env(tmp_path, str(sleeper))
+    with pytest.raises(pytest.fail.Exception, match="still running after 10 s") as info:
+        mini_slurm.submit(TEMPLATES / "multi_worker.sbatch", [], tmp_path / "s.out", env, 10)
+    assert "worker-1 TF_CONFIG=" in str(info.value)  # its workers had started
+    gone = lambda: not [p for p in _marked_pids(mini_slurm.marker) if str(sleeper) in _argv(p)]  # noqa: E731
+    deadline = time.monotonic() + 60
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert gone(), "the cancelled job's workers are still running"
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
