@@ -166,7 +166,7 @@ def test_table_and_about_show_every_case_and_the_metadata(tmp_path):
         assert text in html
     rows = dict(res.about().rows)
     assert rows["date"] == "2026-11-21 09:05 UTC"
-    assert rows["size"] == "quick"
+    assert rows["size"] == "quick: 60 steps, 2 repeats"
     assert rows["kit overhead"].startswith("0.980")
     assert "ddlkit bench --quick" in res.about()._repr_html_()
     assert "multi_worker-x2" in str(res)

@@ -187,10 +187,17 @@ class BenchResults:
             )
         return out
 
+    @property
+    def size(self) -> str:
+        """``quick`` or ``full``, with the steps and repeats the cases were run with."""
+        steps = sorted({c.steps for c in self.cases})
+        repeats = sorted({c.repeats for c in self.cases})
+        each = "/".join(map(str, steps)) + " steps, " + "/".join(map(str, repeats)) + " repeats"
+        return f"{'quick' if self.quick else 'full'}: {each}"
+
     def caption(self) -> str:
-        size = "quick" if self.quick else "full"
         return (
-            f"bench {self.bench_id} ({size}), {self.date}: {len(self.cores)} cores, "
+            f"bench {self.bench_id} ({self.size}), {self.date}: {len(self.cores)} cores, "
             f"{self.cores_per_worker} per worker, {self.wall_seconds:.0f} s"
         )
 
@@ -207,7 +214,7 @@ class BenchResults:
             ("file", str(self.path)),
             ("benchmark", self.bench_id),
             ("date", self.date),
-            ("size", "quick" if self.quick else "full"),
+            ("size", self.size),
             ("cores", f"{len(self.cores)} ({self.cores_per_worker} per worker)"),
             ("wall time", f"{self.wall_seconds:.0f} s"),
             ("target accuracy", target),
