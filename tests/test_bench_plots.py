@@ -106,6 +106,7 @@ def test_time_to_accuracy_draws_each_case_and_the_target():
         [{"train_seconds": 2.0, "accuracy": 0.8}, {"train_seconds": 4.0, "accuracy": 0.92}],
         [{"train_seconds": 2.5, "accuracy": 0.78}],
     ]
+    doc["cases"][2]["time_to_target"] = spread(3.5, 3.0, 4.0)
     doc["cases"][0]["evals"] = [[{"train_seconds": 3.0, "accuracy": 0.95}]]
     ax = plots.time_to_accuracy(parse(doc)).axes[0]
     drawn = lines(ax)
@@ -115,7 +116,14 @@ def test_time_to_accuracy_draws_each_case_and_the_target():
     assert tuple(drawn["target 0.90"].get_ydata()) == (0.9, 0.9)
     # the second repeat is drawn too, fainter and without its own legend entry
     faint = [ln for ln in ax.get_lines() if tuple(ln.get_xdata()) == (2.5,)]
-    assert len(faint) == 1 and faint[0].get_alpha() == 0.4
+    assert len(faint) == 1 and faint[0].get_alpha() < 1
+    # colour by strategy; 1 worker dashed, 2 workers solid
+    assert drawn["single-x1"].get_linestyle() == "--"
+    assert drawn["multi_worker-x2"].get_linestyle() == "-"
+    assert drawn["single-x1"].get_color() != drawn["multi_worker-x2"].get_color()
+    # the median time to the target, marked on the target line
+    (mark,) = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    assert (tuple(mark.get_xdata()), tuple(mark.get_ydata())) == ((3.5,), (0.9,))
     assert ax.get_xlabel().startswith("training seconds")
 
 

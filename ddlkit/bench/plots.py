@@ -14,6 +14,7 @@ from ddlkit.bench.results import BenchResults, CaseSummary
 # Horovod's README: 128 servers with 4 Pascal GPUs each, 25 Gbit/s RoCE network.
 HOROVOD_PUBLISHED = 0.90
 HOROVOD_LABEL = "Horovod's published 90% (Inception V3, ResNet-101; 512 GPUs)"
+STRATEGY_COLOURS = tuple(f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown"))
 WORKER_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 
@@ -144,8 +145,9 @@ NO_EVALS = (
 
 
 def time_to_accuracy(res: BenchResults, ax: Any = None):
-    """Held-out accuracy against training seconds, one line per case (each repeat drawn),
-    the target accuracy as a line and each case's first crossing marked."""
+    """Held-out accuracy against training seconds, one line per case (each repeat drawn,
+    colour by strategy, dashed with 1 worker), the target accuracy as a line and each
+    case's median time to it marked with an x."""
     fig, ax = _axes(ax, (9, 4.2))
     ax.set_xlabel("training seconds (evaluation excluded)")
     ax.set_ylabel("held-out accuracy")
@@ -155,20 +157,25 @@ def time_to_accuracy(res: BenchResults, ax: Any = None):
         ax.set_xticks([])
         ax.set_yticks([])
         return fig
-    colours = iter(WORKER_COLOURS * 4)
+    colour = {s: STRATEGY_COLOURS[i % len(STRATEGY_COLOURS)] for i, s in enumerate(res.strategies)}
     for c in res.cases:
-        if not c.evals:
-            continue
-        colour = next(colours)
         for i, curve in enumerate(c.evals):
             ax.plot(
                 [p.seconds for p in curve],
                 [p.accuracy for p in curve],
-                "o-",
+                "o-" if c.workers > 1 else "o--",
                 markersize=3,
-                color=colour,
-                alpha=1.0 if i == 0 else 0.4,
+                color=colour[c.strategy],
+                alpha=1.0 if i == 0 else 0.35,
                 label=c.name if i == 0 else None,
+            )
+        if c.evals and c.time_to_target is not None and res.target_accuracy is not None:
+            ax.plot(
+                [c.time_to_target.median],
+                [res.target_accuracy],
+                "x",
+                markersize=9,
+                color=colour[c.strategy],
             )
     if res.target_accuracy is not None:
         ax.axhline(
