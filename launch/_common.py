@@ -1,4 +1,8 @@
-"""Arguments and evaluation shared by the kit's worker scripts (kept tiny on purpose)."""
+"""Arguments and evaluation shared by the kit's worker scripts (kept tiny on purpose).
+
+Nothing here imports TensorFlow at module level: the scripts import this module
+before ``ddlkit`` chooses the Keras in use.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 
 
@@ -25,6 +30,94 @@ def parse_args(
     if extra is not None:
         extra(parser)
     return parser.parse_args(argv)
+
+
+def add_eval_flags(parser: argparse.ArgumentParser, every: int = 0) -> None:
+    """``--eval-every`` (steps between held-out evaluations, 0: none) and ``--eval-examples``."""
+    parser.add_argument(
+        "--eval-every", type=int, default=every, help="steps between held-out evals (0: none)"
+    )
+    parser.add_argument("--eval-examples", type=int, default=2000, help="held-out test images")
+
+
+class _EvalEvents:
+    """Evaluate a local copy every ``every`` steps; report ``eval`` events via ``source``.
+
+    Each event has ``step``, ``examples``, ``loss``, ``accuracy`` and ``train_seconds``:
+    training time since the start, evaluations left out. Combined with Keras' Callback
+    class in :func:`held_out_evals` (TensorFlow loads only when it is used).
+    """
+
+    def __init__(self, source, dataset: str, x, y, every: int, global_batch: int, seed: int):
+        import tensorflow as tf
+
+        from ddlkit import models
+        from ddlkit.data import pipeline
+
+        super().__init__()
+        self.source, self.every, self.global_batch = source, every, global_batch
+        self.data = pipeline.make_dataset(x, y, batch_size=500, shuffle=False)
+        # Built here, outside fit's strategy scope: variables made inside it on worker-0
+        # alone would be broadcast to workers that never make them (a collective hang).
+        self.local = models.for_dataset(dataset, seed=seed)
+        self.logits = tf.function(lambda images: self.local(images, training=False))
+        self.step = 0
+        self.eval_seconds = 0.0
+        self.train_seconds = 0.0  # from the first to the last step, evaluation excluded
+
+    def evaluate(self) -> None:
+        import tensorflow as tf
+
+        start = time.perf_counter()
+        self.local.set_weights(self.model.get_weights())
+        losses, hits = [], []
+        for images, labels in self.data:
+            logits = self.logits(images)
+            losses.append(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+            hits.append(tf.equal(tf.argmax(logits, 1), labels))
+        loss = float(tf.reduce_mean(tf.concat(losses, 0)))
+        accuracy = float(tf.reduce_mean(tf.cast(tf.concat(hits, 0), tf.float32)))
+        self.source.reporter.event(
+            "eval",
+            step=self.step,
+            examples=self.step * self.global_batch,
+            train_seconds=start - self.began - self.eval_seconds,
+            loss=loss,
+            accuracy=accuracy,
+        )
+        self.eval_seconds += time.perf_counter() - start
+
+    def on_train_begin(self, logs=None) -> None:
+        self.began = time.perf_counter()
+        self.evaluate()
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.step += 1
+        if self.step % self.every == 0:
+            self.evaluate()
+
+    def on_train_end(self, logs=None) -> None:
+        self.train_seconds = time.perf_counter() - self.began - self.eval_seconds
+        if self.step % self.every:
+            self.evaluate()
+
+
+def held_out_evals(source, args: argparse.Namespace, x_test, y_test, global_batch: int) -> list:
+    """The callbacks for ``--eval-every``: ``[]`` when it is 0, else one that evaluates the
+    first ``--eval-examples`` test images and reports ``eval`` events through `source`
+    (the script's KerasReporter; put it after the reporter in ``callbacks``)."""
+    if args.eval_every < 0 or args.eval_examples < 1:
+        raise SystemExit(
+            f"--eval-every {args.eval_every} --eval-examples {args.eval_examples}: need >= 0 "
+            f"and >= 1. Fix: e.g. --eval-every 20 --eval-examples 2000."
+        )
+    if not args.eval_every:
+        return []
+    import tensorflow as tf
+
+    cls = type("EvalEvents", (_EvalEvents, tf.keras.callbacks.Callback), {})
+    x, y = x_test[: args.eval_examples], y_test[: args.eval_examples]
+    return [cls(source, args.dataset, x, y, args.eval_every, global_batch, args.seed)]
 
 
 def test_accuracy(model, dataset: str, x_test, y_test, seed: int) -> float:

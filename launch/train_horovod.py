@@ -22,7 +22,7 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 # isort: split
 import horovod.tensorflow.keras as hvd_keras  # [dist]
 import tensorflow as tf
-from _common import parse_args, report, test_accuracy
+from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
 import ddlkit.horovod as dkh  # [dist]
 from ddlkit import data, metrics, models
@@ -33,6 +33,7 @@ def _flags(parser) -> None:
     parser.add_argument("--fp16", action="store_true", help="fp16 gradient compression")
     parser.add_argument("--warmup-epochs", type=float, default=0.0, help="lr warm-up epochs")
     parser.add_argument("--no-average", action="store_true", help="keep per-rank epoch metrics")
+    add_eval_flags(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         callbacks.append(warmup)  # [dist]
     if not args.no_average:  # [dist]
         callbacks.append(dkh.MetricAverageCallback())  # [dist] epoch metrics: mean over ranks
-    callbacks.append(metrics.KerasReporter(batch_size=args.batch_size))
+    reporter = metrics.KerasReporter(batch_size=args.batch_size)
+    callbacks.append(reporter)
+    if hvd.rank() == 0:  # [dist] rank 0 evaluates
+        callbacks += held_out_evals(reporter, args, x_test, y_test, global_batch)
     start = time.perf_counter()
     history = model.fit(
         train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks

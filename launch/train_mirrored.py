@@ -21,7 +21,7 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 
 # isort: split
 import tensorflow as tf  # [dist]
-from _common import parse_args, report, test_accuracy
+from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
 from ddlkit import data, metrics, models, replicas  # [dist] replicas
 from ddlkit.data import pipeline
@@ -34,6 +34,7 @@ def _flags(parser) -> None:  # [dist] --replicas, by default $DDLKIT_REPLICAS (d
     default = os.environ.get(REPLICAS_VAR, str(DEFAULT_REPLICAS))  # [dist] argparse applies int
     about = f"devices to mirror on (default: ${REPLICAS_VAR}, else {DEFAULT_REPLICAS})"  # [dist]
     parser.add_argument("--replicas", type=int, default=default, help=about)  # [dist]
+    add_eval_flags(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,13 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.for_dataset(args.dataset, seed=args.seed)
         models.compile_classifier(model, args.lr * n)  # [dist] lr scales with the global batch
+    reporter = metrics.KerasReporter(batch_size=global_batch)  # [dist] global batch
+    evals = held_out_evals(reporter, args, x_test, y_test, global_batch)  # --eval-every
     start = time.perf_counter()
     model.fit(
         train,
         epochs=args.epochs,
         steps_per_epoch=steps,
         verbose=0,
-        callbacks=[metrics.KerasReporter(batch_size=global_batch)],  # [dist] global batch
+        callbacks=[reporter, *evals],
     )
     seconds = time.perf_counter() - start
     accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)

@@ -22,14 +22,14 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 
 # isort: split
 import tensorflow as tf
-from _common import parse_args, report, test_accuracy
+from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
 from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, extra=add_eval_flags)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
     replicas = strategy.num_replicas_in_sync  # [dist]
     workers = strategy.extended._num_workers  # [dist]
@@ -42,14 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.for_dataset(args.dataset, seed=args.seed)
         models.compile_classifier(model, args.lr * replicas)  # [dist] lr scales with batch
+    reporter = metrics.KerasReporter(batch_size=global_batch // workers)
+    callbacks = [reporter]
+    if strategy.cluster_resolver.task_id in (0, None):  # [dist] worker-0 evaluates
+        callbacks += held_out_evals(reporter, args, x_test, y_test, global_batch)
     start = time.perf_counter()
-    model.fit(
-        train,
-        epochs=args.epochs,
-        steps_per_epoch=steps,
-        verbose=0,
-        callbacks=[metrics.KerasReporter(batch_size=global_batch // workers)],
-    )
+    model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     seconds = time.perf_counter() - start
     accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
     examples = args.epochs * steps * global_batch

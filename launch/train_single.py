@@ -2,6 +2,7 @@
 
 Launch:
     python launch/train_single.py --epochs 1
+    python launch/train_single.py --steps-per-epoch 200 --eval-every 20  # held-out evals
     ddlkit launch --strategy mirrored -n 1 launch/train_single.py -- --epochs 1
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from _common import parse_args, report, test_accuracy
+from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
 import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 from ddlkit import data, metrics, models
@@ -17,19 +18,21 @@ from ddlkit.data import pipeline
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__)
+    args = parse_args(argv, __doc__, extra=add_eval_flags)
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     train = pipeline.make_dataset(x_train, y_train, batch_size=args.batch_size, repeat=True)
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
     model = models.for_dataset(args.dataset, seed=args.seed)
     models.compile_classifier(model, args.lr)
+    reporter = metrics.KerasReporter(batch_size=args.batch_size)
+    evals = held_out_evals(reporter, args, x_test, y_test, args.batch_size)  # --eval-every
     start = time.perf_counter()
     model.fit(
         train,
         epochs=args.epochs,
         steps_per_epoch=steps,
         verbose=0,
-        callbacks=[metrics.KerasReporter(batch_size=args.batch_size)],
+        callbacks=[reporter, *evals],
     )
     seconds = time.perf_counter() - start
     accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)

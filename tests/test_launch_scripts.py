@@ -42,3 +42,44 @@ def test_distribution_lines_are_marked():
     assert any("MultiWorkerMirroredStrategy()" in line for line in marked)
     assert any("strategy.scope()" in line for line in marked)
     assert "# [dist]" not in (LAUNCH / "train_single.py").read_text()
+
+
+@pytest.mark.slow
+def test_eval_every_reports_held_out_evals_with_training_time_only(data_env, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from ddlkit.metrics.store import read_jsonl
+
+    env = {**os.environ, "DDLKIT_RUNS": str(tmp_path / "runs"), "TF_NUM_INTRAOP_THREADS": "1"}
+    env.pop("DDLKIT_RUN_DIR", None)
+    argv = [sys.executable, str(LAUNCH / "train_single.py"), "--steps-per-epoch", "12"]
+    argv += ["--eval-every", "5", "--eval-examples", "300"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = (tmp_path / "runs").glob("*/metrics/*.jsonl")
+    records, _ = read_jsonl(path)
+    evals = [r.info for r in records if r.kind == "event" and r.name == "eval"]
+    assert [e["step"] for e in evals] == [0, 5, 10, 12]  # the start, every 5, the end
+    assert [e["examples"] for e in evals] == [0, 320, 640, 768]
+    assert all(0.0 <= e["accuracy"] <= 1.0 and e["loss"] > 0 for e in evals)
+    seconds = [e["train_seconds"] for e in evals]
+    assert seconds[0] < 0.05 and seconds == sorted(seconds) and seconds[-1] > 0
+    assert evals[-1]["accuracy"] > evals[0]["accuracy"]  # 12 steps of Adam beat random init
+
+
+def test_eval_every_defaults_to_off_in_the_strategy_scripts():
+    for name in ("train_single.py", "train_mirrored.py", "train_multi_worker.py"):
+        text = (LAUNCH / name).read_text()
+        assert "held_out_evals(" in text and "add_eval_flags" in text, name
+    import sys
+
+    sys.path.insert(0, str(LAUNCH))
+    try:
+        from _common import add_eval_flags, parse_args
+
+        args = parse_args([], "x", extra=add_eval_flags)
+    finally:
+        sys.path.remove(str(LAUNCH))
+    assert (args.eval_every, args.eval_examples) == (0, 2000)
