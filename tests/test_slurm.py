@@ -467,7 +467,7 @@ def _write_conf(root: Path, node: str, cpus: str) -> Path:
     conf.write_text(
         textwrap.dedent(f"""\
         ClusterName=ddlkit-test
-        SlurmctldHost={node}
+        SlurmctldHost={node}(127.0.0.1)
         SlurmUser=root
         SlurmdUser=root
         AuthType=auth/munge
@@ -491,7 +491,7 @@ def _write_conf(root: Path, node: str, cpus: str) -> Path:
         SwitchType=switch/none
         ReturnToService=2
         MinJobAge=600
-        NodeName={node} CPUs={cpus} State=UNKNOWN
+        NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
         PartitionName=test Nodes={node} Default=YES MaxTime=60 State=UP
         """)
     )
