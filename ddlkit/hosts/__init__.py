@@ -6,10 +6,12 @@
 - `netns`: hosts on one machine as Linux network namespaces (root, iproute2).
 - `sshd`: an sshd in each namespaced host with keys made for the occasion.
 - `demo`: `demo_cluster(n)`, namespaced hosts with sshd, as `ddlkit.launch.start` needs them.
+- `drills`: faults made on purpose on a demo cluster (a stranger's key, a held port).
 """
 
 from __future__ import annotations
 
+from ddlkit.hosts import drills
 from ddlkit.hosts.demo import DemoCluster, demo_cluster
 from ddlkit.hosts.netns import NetnsHost, cut_link, namespaced_hosts, restore_link
 from ddlkit.hosts.preflight import HostCheck, Preflight, check_hosts
@@ -19,6 +21,7 @@ from ddlkit.hosts.sshd import SshdCluster, running_sshd
 __all__ = [
     "DemoCluster",
     "demo_cluster",
+    "drills",
     "HostCheck",
     "HostError",
     "Preflight",
