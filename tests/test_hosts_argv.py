@@ -213,3 +213,18 @@ def test_watchdog_run_here_makes_the_directory_and_ends_the_command_when_stdin_c
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_probe_run_here_counts_a_port_in_time_wait_as_free():
+    """A finished job's server port lingers in TIME_WAIT; the next job's servers can bind it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first: its end goes to TIME_WAIT
+    client.close()
+    server.close()
+    states = subprocess.run(["ss", "-Htan", "sport", f"= :{port}"], capture_output=True, text=True)
+    assert "TIME-WAIT" in states.stdout
+    done = subprocess.run(probe_argv(sys.executable, [port]), capture_output=True, text=True)
+    assert json.loads(done.stdout)["free_ports"] == [port]

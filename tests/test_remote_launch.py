@@ -169,6 +169,9 @@ def test_two_host_multi_worker_run_streams_records_and_brings_logs_back(cluster,
         # TF servers bound to the hosts' own addresses: they can only run inside those hosts
         assert [t.host for t in run.cluster.tasks] == cluster.addresses
         assert run.collector.host == cluster.collector_host
+        shown = run._repr_html_()  # config, what the hosts answered, the cluster, the workers
+        assert "preflight" in shown and "not pinned on other hosts" in shown
+        assert all(a in shown for a in cluster.addresses)
         result = run.wait(timeout=300)
     finally:
         run.stop()

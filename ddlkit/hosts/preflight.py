@@ -42,6 +42,8 @@ cut = args.index("--")
 free, busy = [], []
 for port in map(int, args[:cut]):
     s = socket.socket()
+    # as servers do: a port whose last connections linger in TIME_WAIT is free for them
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind(("", port))
         free.append(port)

@@ -7,7 +7,7 @@
 Modules: :mod:`.spec` (what to run, pure data), :mod:`.process` (the one place that
 forks, signals and reaps), :mod:`.job` (the running job), :mod:`.status` (worker
 states, results, the live table), :mod:`.runs` (run ids, run directory layout,
-``job.json``).
+``job.json``), :mod:`.remote` (the local ``ssh`` command of a worker on another host).
 """
 
 from __future__ import annotations

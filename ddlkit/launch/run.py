@@ -149,6 +149,8 @@ class Run:
             "</code>",
             self.config._repr_html_(),
         ]
+        if self.preflight is not None:
+            parts.append(self.preflight._repr_html_())
         if self.cluster is not None:
             parts.append(self.cluster._repr_html_())
         parts.append(self.job.status_table()._repr_html_())
