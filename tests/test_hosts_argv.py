@@ -7,6 +7,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -180,10 +181,13 @@ def test_probe_run_here_reports_busy_ports_and_missing_files(tmp_path):
 def test_remote_argv_adds_env_and_cwd_through_env_and_a_watchdog():
     argv = remote_argv(["python", "w.py"], python="/v/py", env={"TF_CONFIG": '{"a": 1}'}, cwd="/r")
     assert argv[:2] == ["env", 'TF_CONFIG={"a": 1}']
-    assert argv[2:4] == ["/v/py", "-c"] and argv[5:] == ["/r", "python", "w.py"]
+    assert argv[2:4] == ["/v/py", "-c"] and argv[5:] == ["/r", "0", "python", "w.py"]
     assert compile(argv[4], "watchdog", "exec")
     assert remote_argv(["x"], python="p")[:2] == ["env", "p"]
-    assert remote_argv(["x"], python="p")[4:] == ["", "x"]  # no cwd: the login directory
+    assert remote_argv(["x"], python="p")[4:] == ["", "0", "x"]  # the login directory
+    assert remote_argv(["x"], python="p", silence=30)[4:] == ["", "30.0", "x"]
+    with pytest.raises(ConfigError, match="silence=0"):
+        remote_argv(["x"], python="p", silence=0)
     for bad in ("", "1A", "A-B", "A=B", "-u"):
         with pytest.raises(ConfigError, match="environment name"):
             remote_argv(["x"], python="p", env={bad: "v"})
@@ -228,3 +232,25 @@ def test_probe_run_here_counts_a_port_in_time_wait_as_free():
     assert "TIME-WAIT" in states.stdout
     done = subprocess.run(probe_argv(sys.executable, [port]), capture_output=True, text=True)
     assert json.loads(done.stdout)["free_ports"] == [port]
+
+
+def test_watchdog_run_here_ends_the_command_when_the_heartbeat_stops(tmp_path):
+    """stdin stays open but silent (a cut link sshd does not notice): the command ends."""
+    code = "import time; print('up', flush=True); time.sleep(600)"
+    argv = remote_argv([sys.executable, "-c", code], python=sys.executable, silence=3)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        for _ in range(4):  # beats keep it running past the limit
+            time.sleep(1)
+            proc.stdin.write(b".")
+            proc.stdin.flush()
+        assert proc.poll() is None
+        start = time.monotonic()
+        assert proc.wait(timeout=30) != 0  # then silence: ended after ~3 s
+        assert 2 < time.monotonic() - start < 20
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()

@@ -203,7 +203,7 @@ def test_remote_horovod_adds_start_timeout_and_interface():
 
 
 def test_remote_worker_spec_refuses_pinning_and_is_run_through_ssh():
-    from ddlkit.launch.remote import remote_env, ssh_command
+    from ddlkit.launch.remote import SILENCE, remote_env, ssh_command
     from ddlkit.launch.spec import WorkerSpec
 
     with pytest.raises(ConfigError, match="pins cores only on this machine"):
@@ -222,7 +222,8 @@ def test_remote_worker_spec_refuses_pinning_and_is_run_through_ssh():
     assert argv[-2] == "h1"
     remote = shlex.split(argv[-1])
     assert remote[0] == "env" and "TF_CONFIG={}" in remote
-    assert remote[-5:] == ["/r/work/worker-0", "/v/python", "/s/t.py", "--epochs", "1"]
+    assert remote[-6:-4] == ["/r/work/worker-0", repr(float(SILENCE))]
+    assert remote[-4:] == ["/v/python", "/s/t.py", "--epochs", "1"]
     assert w.to_dict()["host"] == "h1"
 
 

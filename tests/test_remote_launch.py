@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from ddlkit import hosts
 from ddlkit.errors import WorkerFailedError
 from ddlkit.hosts import demo, netns, sshd
 from ddlkit.hosts.ssh import HostError
+from ddlkit.launch import job as job_mod
 from ddlkit.launch import remote
 from ddlkit.launch import run as run_mod
 from ddlkit.metrics import load_run
@@ -243,6 +245,42 @@ def test_two_host_horovod_run_through_launch(cluster, tmp_path):
     for rank in ("rank-0", "rank-1"):
         assert len([r for r in run.records(rank) if r.kind == "step"]) == 8, rank
     _nothing_left(cluster, run)
+
+
+def test_heartbeats_keep_a_quiet_remote_worker_running_past_the_silence_limit(
+    cluster, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(remote, "SILENCE", 4.0)  # the job beats every 2 s
+    quiet = tmp_path.parent / f"{tmp_path.name}-quiet.py"
+    quiet.write_text("import time\ntime.sleep(10)\nprint('still here', flush=True)\n")
+    run = _start(cluster, tmp_path, script=quiet, workers=1, live=False)
+    try:
+        on_host = shlex.split(_ssh_argv(run)[-1])  # the command ssh runs there
+        assert on_host[on_host.index(str(quiet)) - 2] == "4.0"
+        result = run.wait(timeout=120)
+    finally:
+        run.stop()
+    assert result.ok and "still here" in run.tail("worker-0")
+    _nothing_left(cluster, run)
+
+
+def test_a_remote_worker_whose_heartbeats_stop_is_ended_on_its_host(cluster, tmp_path, monkeypatch):
+    """What a cut link does where sshd never notices: the launcher's beats stop arriving."""
+    monkeypatch.setattr(remote, "SILENCE", 4.0)
+    monkeypatch.setattr(job_mod, "HEARTBEAT_INTERVAL", 1000.0)  # one beat, then none
+    quiet = tmp_path.parent / f"{tmp_path.name}-quiet.py"
+    quiet.write_text("import time\ntime.sleep(60)\n")
+    run = _start(cluster, tmp_path, script=quiet, workers=1, live=False)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailedError, match="worker-0"):
+        run.wait(timeout=60)
+    assert time.monotonic() - start < 30
+    _nothing_left(cluster, run)
+
+
+def _ssh_argv(run) -> list[str]:
+    with open(f"/proc/{run.job.pids['worker-0']}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\0") if a]
 
 
 def test_cut_link_mid_run_fails_the_job_within_a_bounded_time(cluster, tmp_path):

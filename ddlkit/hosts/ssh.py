@@ -202,16 +202,19 @@ def run_on(
 
 
 # Runs on the host: makes the working directory (argv[1], '' for none), starts the command
-# (argv[2:]) there in its own process group and ends that group when the SSH session's stdin
+# (argv[3:]) there in its own process group and ends that group when the SSH session's stdin
 # closes (the launcher died, stopped the job, or the link is gone and sshd dropped the
-# session), when it is signalled, or when the command exits.
+# session), when nothing arrives on stdin for argv[2] seconds (0: no limit; the launcher's
+# heartbeat stopped: a cut link that sshd does not notice), when it is signalled, or when
+# the command exits.
 WATCHDOG = """\
-import os, signal, subprocess, sys, threading
+import os, select, signal, subprocess, sys, threading
 cwd = sys.argv[1] or None
+silence = float(sys.argv[2]) or None
 if cwd:
     os.makedirs(cwd, exist_ok=True)
 child = subprocess.Popen(
-    sys.argv[2:], cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True
+    sys.argv[3:], cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True
 )
 def end(sig=signal.SIGTERM):
     try:
@@ -223,7 +226,7 @@ def end(sig=signal.SIGTERM):
         pass
 def watch():
     try:
-        while os.read(0, 4096):
+        while select.select([0], [], [], silence)[0] and os.read(0, 4096):
             pass
     except OSError:
         pass
@@ -246,13 +249,16 @@ def remote_argv(
     python: str,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    silence: float | None = None,
 ) -> list[str]:
     """The command to give `ssh_argv`: ``argv`` in ``cwd`` with ``env`` added, under a watchdog.
 
     ssh forwards no environment, so variables go through ``env NAME=VALUE``; the watchdog
     (run by the host's ``python``) makes ``cwd`` on the host if it is missing, and ends the
     command's whole process group when the session's stdin closes, so keep the local ssh's
-    stdin an open pipe while the command should run.
+    stdin an open pipe while the command should run. With ``silence`` it also ends the
+    command when nothing arrives on stdin for that many seconds: write a heartbeat byte
+    more often than that.
     """
     if not argv:
         raise ConfigError("ssh: an empty command; give the argv to run on the host")
@@ -261,4 +267,7 @@ def remote_argv(
         if not (name.isascii() and name.replace("_", "a").isalnum() and not name[:1].isdigit()):
             raise ConfigError(f"ssh: environment name {name!r}; use letters, digits and _")
         pairs.append(f"{name}={value}")
-    return ["env", *pairs, python, "-c", WATCHDOG, cwd or "", *argv]
+    if silence is not None and not silence > 0:
+        raise ConfigError(f"ssh: silence={silence!r}; use a number of seconds > 0, or None")
+    limit = "0" if silence is None else repr(float(silence))
+    return ["env", *pairs, python, "-c", WATCHDOG, cwd or "", limit, *argv]

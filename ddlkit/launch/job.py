@@ -24,7 +24,7 @@ from pathlib import Path
 from ddlkit.errors import ConfigError, JobTimeoutError, WorkerFailedError
 from ddlkit.launch import runs
 from ddlkit.launch.process import WorkerProcess, check_startable, signal_name, start_workers
-from ddlkit.launch.remote import remote_env
+from ddlkit.launch.remote import HEARTBEAT_INTERVAL, remote_env
 from ddlkit.launch.spec import JobSpec, worker_env
 from ddlkit.launch.status import JobResult, StatusTable, WorkerStatus
 
@@ -282,9 +282,15 @@ class Job:
     # -- the watcher thread -----------------------------------------------------------------
 
     def _watch(self) -> None:
+        beat_at = 0.0
         try:
             while self._result is None:
                 self._check()
+                if time.monotonic() >= beat_at:  # remote workers end when the beats stop
+                    beat_at = time.monotonic() + HEARTBEAT_INTERVAL
+                    for p in self._procs.values():
+                        if p.spec.host is not None:
+                            p.heartbeat()
                 if all(p.returncode is not None for p in self._procs.values()):
                     self._finalize()
                     return

@@ -188,6 +188,16 @@ class WorkerProcess:
                 else:
                     self._killpg(sig)
 
+    def heartbeat(self) -> None:
+        """Write one byte to a running remote worker's ssh (see :mod:`ddlkit.launch.remote`)."""
+        with self._lock:
+            stdin = self.popen.stdin
+            if self.popen.returncode is None and stdin is not None and not stdin.closed:
+                try:
+                    os.write(stdin.fileno(), b".")
+                except OSError:  # BlockingIOError (ssh stalled) or BrokenPipeError (ssh gone)
+                    pass
+
     def _close_stdin(self) -> None:
         if self.popen.stdin is not None and not self.popen.stdin.closed:
             try:
@@ -292,6 +302,8 @@ def _start_one(
             close_fds=True,
             preexec_fn=_child_setup(parent_pid, spec.cpus),
         )
+    if popen.stdin is not None:
+        os.set_blocking(popen.stdin.fileno(), False)  # a stalled ssh never blocks a heartbeat
     return WorkerProcess(spec, popen, started_at)
 
 

@@ -10,7 +10,10 @@ watchdog of :func:`ddlkit.hosts.ssh.remote_argv`:
 - its working directory (the same path as on this machine) is made on the host;
 - its output comes back over SSH into the worker's log file here;
 - ssh's stdin stays an open pipe: when it closes (the job stopped or killed the local ssh,
-  the launcher died, the link dropped), the watchdog ends the worker's process group there.
+  the launcher died, the link dropped), the watchdog ends the worker's process group there;
+- the job writes a heartbeat byte to it every `HEARTBEAT_INTERVAL` s: after `SILENCE` s
+  without one (a cut link that the host's sshd does not notice; Debian's sshd has no
+  ClientAlive by default) the watchdog ends the worker too.
 
 Remote workers are not pinned to cores: TensorFlow sizes its own thread pools there.
 """
@@ -24,6 +27,9 @@ from pathlib import Path
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import remote_argv, ssh_argv
 from ddlkit.launch.spec import WorkerSpec, worker_env
+
+HEARTBEAT_INTERVAL = 2.0  # seconds between the job's heartbeat bytes to a remote worker
+SILENCE = 30.0  # seconds without one after which the host's watchdog ends the worker
 
 # The launcher's settings that workers read too (ddlkit.settings, ddlkit.data).
 FORWARDED = (
@@ -53,7 +59,13 @@ def ssh_command(worker: WorkerSpec, env: Mapping[str, str]) -> list[str]:
         raise ConfigError(f"worker {worker.name!r} has no host; it runs on this machine")
     return ssh_argv(
         worker.host,
-        remote_argv(worker.argv, python=worker.argv[0], env=dict(env), cwd=str(worker.cwd)),
+        remote_argv(
+            worker.argv,
+            python=worker.argv[0],
+            env=dict(env),
+            cwd=str(worker.cwd),
+            silence=SILENCE,
+        ),
         worker.ssh,
     )
 
