@@ -337,12 +337,23 @@ def _tail(path: Path, lines: int = 25) -> str:
         return f"({exc})"
 
 
+@dataclass(frozen=True)
+class Node:
+    """A Slurm node of the test cluster: its name, the address slurmctld reaches it on, and
+    the argv prefix that runs its slurmd where it lives (empty: right here)."""
+
+    name: str
+    address: str
+    cpus: str
+    prefix: tuple[str, ...] = ()
+
+
 @dataclass
 class MiniSlurm:
-    """A private single-node Slurm: its files, its environment, the daemons it started."""
+    """A private Slurm: its files, its environment, the daemons it started."""
 
     root: Path
-    node: str
+    nodes: list[Node]
     env: dict[str, str]
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -352,30 +363,38 @@ class MiniSlurm:
 
     def logs(self) -> str:
         parts = []
-        for name in ("munged", "slurmctld", "slurmd"):
+        for name in ("munged", "slurmctld", *(f"slurmd-{n.name}" for n in self.nodes)):
             parts.append(f"--- {name} (last lines) ---\n{_tail(self.root / 'log' / f'{name}.log')}")
         return "\n".join(parts)
+
+    @property
+    def node(self) -> str:
+        return self.nodes[0].name
 
     def run(self, argv: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
         env = {**os.environ, **self.env, **kw.pop("env", {})}
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
-    def node_state(self) -> str:
+    def idle(self) -> bool:
         proc = self.run(["sinfo", "-h", "-N", "-o", "%T"], timeout=20)
-        return proc.stdout.strip() if proc.returncode == 0 else f"sinfo failed: {proc.stderr}"
+        return proc.returncode == 0 and proc.stdout.split() == ["idle"] * len(self.nodes)
 
     def job_fields(self, job_id: int) -> dict[str, str]:
         proc = self.run(["scontrol", "-o", "show", "job", str(job_id)], timeout=20)
         return dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 else {}
 
     def submit(
-        self, template: Path, args: list[str], output: Path, env: dict, timeout: float = 600
+        self,
+        template: Path,
+        args: list[str],
+        output: Path,
+        env: dict,
+        timeout: float = 600,
+        options: tuple[str, ...] = (),
     ) -> tuple[int, str]:
         """sbatch ``template`` from the repository root; wait (bounded) until it ends."""
-        proc = self.run(
-            ["sbatch", "--parsable", f"--output={output}", "--time=15", str(template), *args],
-            env=env, cwd=ROOT,
-        )  # fmt: skip
+        sbatch = ["sbatch", "--parsable", f"--output={output}", "--time=15", *options]
+        proc = self.run([*sbatch, str(template), *args], env=env, cwd=ROOT)
         assert proc.returncode == 0, f"sbatch failed: {proc.stderr}\n{self.logs()}"
         job_id = int(proc.stdout.strip().split(";")[0])
         deadline = time.monotonic() + timeout
@@ -434,7 +453,8 @@ def _stop(cluster: MiniSlurm) -> list[int]:
             end = time.monotonic() + 30
             while time.monotonic() < end and cluster.run(["squeue", "-h"], timeout=20).stdout:
                 time.sleep(0.5)
-    for name in ("slurmd", "slurmctld", "munged"):
+    daemons = [n for n in cluster.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]
+    for name in daemons:
         proc = cluster.procs.get(name)
         if proc is None or proc.poll() is not None:
             continue
@@ -461,13 +481,17 @@ def _skip_unless_slurm_can_run() -> None:
         pytest.skip("this test runs munged, slurmctld and slurmd as root (SlurmUser=root)")
 
 
-def _write_conf(root: Path, node: str, cpus: str) -> Path:
+def _write_conf(root: Path, nodes: list[Node], controller: str) -> Path:
     ctld_port, slurmd_port = _free_ports(2)
+    node_lines = "\n".join(
+        f"NodeName={n.name} NodeAddr={n.address} CPUs={n.cpus} State=UNKNOWN" for n in nodes
+    )
+    names = ",".join(n.name for n in nodes)
     conf = root / "slurm.conf"
     conf.write_text(
         textwrap.dedent(f"""\
         ClusterName=ddlkit-test
-        SlurmctldHost={node}(127.0.0.1)
+        SlurmctldHost={socket.gethostname()}({controller})
         SlurmUser=root
         SlurmdUser=root
         AuthType=auth/munge
@@ -476,11 +500,11 @@ def _write_conf(root: Path, node: str, cpus: str) -> Path:
         SlurmctldPort={ctld_port}
         SlurmdPort={slurmd_port}
         StateSaveLocation={root}/state
-        SlurmdSpoolDir={root}/spool
+        SlurmdSpoolDir={root}/spool-%n
         SlurmctldPidFile={root}/run/slurmctld.pid
-        SlurmdPidFile={root}/run/slurmd.pid
+        SlurmdPidFile={root}/run/slurmd-%n.pid
         SlurmctldLogFile={root}/log/slurmctld.log
-        SlurmdLogFile={root}/log/slurmd.log
+        SlurmdLogFile={root}/log/slurmd-%n.log
         ProctrackType=proctrack/linuxproc
         TaskPlugin=task/none
         JobAcctGatherType=jobacct_gather/none
@@ -491,30 +515,42 @@ def _write_conf(root: Path, node: str, cpus: str) -> Path:
         SwitchType=switch/none
         ReturnToService=2
         MinJobAge=600
-        NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-        PartitionName=test Nodes={node} Default=YES MaxTime=60 State=UP
+        PartitionName=test Nodes={names} Default=YES MaxTime=60 State=UP
         """)
+        + node_lines
+        + "\n"
     )
     return conf
 
 
-@contextlib.contextmanager
-def _slurm_cluster(start_slurmd: bool = True, idle_timeout: float = 90):
-    """munged, slurmctld and slurmd (foreground) with their own key, config, ports, dirs.
+def _this_node() -> Node:
+    """This machine as one node, as ``slurmd -C`` sees it."""
+    probe = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30)
+    fields = dict(re.findall(r"(\w+)=(\S+)", probe.stdout.splitlines()[0]))
+    return Node(fields["NodeName"], "127.0.0.1", fields["CPUs"])
 
-    Yields once the node is idle; on leaving, nothing the cluster started is running.
-    """
+
+@contextlib.contextmanager
+def _slurm_cluster(
+    nodes: list[Node] | None = None,
+    controller: str = "127.0.0.1",
+    start_slurmd: bool = True,
+    idle_timeout: float = 90,
+):
+    """munged, slurmctld and one slurmd per node (foreground) with their own key, config,
+    ports and directories. Yields once every node is idle; on leaving, nothing the cluster
+    started is running."""
+    nodes = nodes or [_this_node()]
     # munged wants every directory above its socket searchable by all, which pytest's
     # own temporary directories (0700) are not: so a directory of its own in /tmp.
     root = Path(tempfile.mkdtemp(prefix="ddlkit-slurm-"))
     root.chmod(0o755)
     for sub, mode in (("key", 0o700), ("run", 0o755), ("log", 0o755), ("state", 0o700)):
         (root / sub).mkdir(mode=mode)
-    (root / "spool").mkdir(mode=0o755)
-    probe = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30)
-    fields = dict(re.findall(r"(\w+)=(\S+)", probe.stdout.splitlines()[0]))
-    conf = _write_conf(root, fields["NodeName"], fields["CPUs"])
-    cluster = MiniSlurm(root, fields["NodeName"], {"SLURM_CONF": str(conf), MARKER: str(root)})
+    for n in nodes:
+        (root / f"spool-{n.name}").mkdir(mode=0o755)
+    conf = _write_conf(root, nodes, controller)
+    cluster = MiniSlurm(root, nodes, {"SLURM_CONF": str(conf), MARKER: str(root)})
     key = root / "key" / "munge.key"
     sock = root / "run" / "munge.sock"
     try:
@@ -529,10 +565,10 @@ def _slurm_cluster(start_slurmd: bool = True, idle_timeout: float = 90):
         )  # fmt: skip
         _wait("munged's socket", sock.exists, cluster, timeout=30)
         _start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)], cluster)
-        if start_slurmd:
-            _start("slurmd", ["slurmd", "-D", "-f", str(conf)], cluster)
-        idle = lambda: cluster.node_state() == "idle"  # noqa: E731
-        _wait("the node to be idle", idle, cluster, idle_timeout)
+        for n in nodes if start_slurmd else []:
+            argv = [*n.prefix, "slurmd", "-D", "-N", n.name, "-f", str(conf)]
+            _start(f"slurmd-{n.name}", argv, cluster)
+        _wait("every node to be idle", cluster.idle, cluster, idle_timeout)
         yield cluster
     finally:
         left = _stop(cluster)
@@ -660,10 +696,13 @@ def test_real_slurm_bad_script_fails_the_step_with_the_fix(mini_slurm, tmp_path)
 def test_a_node_that_never_registers_fails_in_bounded_time_with_the_logs():
     _skip_unless_slurm_can_run()
     start = time.monotonic()
-    with pytest.raises(pytest.fail.Exception) as info, _slurm_cluster(False, idle_timeout=8):
+    with (
+        pytest.raises(pytest.fail.Exception) as info,
+        _slurm_cluster(start_slurmd=False, idle_timeout=8),
+    ):
         pass
     message = str(info.value)
-    assert "the node to be idle: not within 8 s" in message
+    assert "every node to be idle: not within 8 s" in message
     assert "--- slurmctld (last lines) ---" in message and "slurmctld version" in message
     assert time.monotonic() - start < 60  # the wait, plus stopping what was started
 
@@ -688,3 +727,60 @@ def _argv(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+
+
+def _netns_prefix(namespace: str, hosts_file: Path) -> tuple[str, ...]:
+    """Run a command in ``namespace``'s network with ``hosts_file`` as its /etc/hosts.
+
+    Not `ip netns exec`: it also remounts /sys, which hides /sys/fs/cgroup, and slurmd
+    22.05 then stops ("No filesystem mounted on /sys/fs/cgroup ... Unable to initialize
+    cgroup plugin") even with proctrack/linuxproc and task/none.
+    """
+    bind = 'mount --bind "$1" /etc/hosts && shift && exec "$@"'
+    return (
+        "nsenter", f"--net=/run/netns/{namespace}",
+        "unshare", "--mount", "--propagation", "private",
+        "sh", "-c", bind, "sh", str(hosts_file),
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_real_two_node_slurm_trains_one_worker_per_node(data_env, tmp_path):
+    """Two Slurm nodes, each a network namespace with its own address and slurmd."""
+    _skip_unless_slurm_can_run()
+    from ddlkit.hosts import netns
+
+    why = netns.unavailable(try_it=True)
+    if why:
+        pytest.skip(why)
+    if shutil.which("nsenter") is None or shutil.which("unshare") is None:
+        pytest.skip("nsenter and unshare (util-linux) are needed to start slurmd in a namespace")
+    cpus = _this_node().cpus
+    args = ["--steps-per-epoch", "5", "--epochs", "1", "--batch-size", "32"]
+    with netns.namespaced_hosts(2) as hosts:
+        names = ("n1", "n2")
+        known = "".join(f"{h.address} {name}\n" for h, name in zip(hosts, names, strict=True))
+        nodes = []
+        for h, name in zip(hosts, names, strict=True):
+            hosts_file = netns.NETNS_ETC / h.name / "hosts"  # the node names resolve in both
+            hosts_file.write_text(hosts_file.read_text() + known)
+            nodes.append(Node(name, h.address, cpus, _netns_prefix(h.name, hosts_file)))
+        with _slurm_cluster(nodes, controller=hosts[0].gateway) as cluster:
+            job, output = cluster.submit(
+                TEMPLATES / "multi_worker.sbatch", args, tmp_path / "two.out",
+                _job_env(tmp_path), options=("--nodes=2", "--ntasks-per-node=1"),
+            )  # fmt: skip
+    base = slurm.default_port_base(job)
+    shown = re.findall(r"ddlkit\.slurm: (worker-\d) TF_CONFIG=(\{.*?\}) run_dir=", output)
+    configs = {name: json.loads(text) for name, text in shown}
+    assert sorted(configs) == ["worker-0", "worker-1"], output[-3000:]
+    for name, config in configs.items():
+        assert config["cluster"]["worker"] == [f"n1:{base}", f"n2:{base}"]  # one port, 2 hosts
+        assert config["task"] == {"type": "worker", "index": int(name[-1])}
+    # each worker's gRPC server came up on its own node's name
+    assert f"target: grpc://n1:{base}" in output and f"target: grpc://n2:{base}" in output
+    run_dir = tmp_path / "runs" / f"slurm-{job}"
+    results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
+    assert sorted(results) == ["worker-0", "worker-1"], output[-3000:]
+    assert all(r["replicas"] == 2 and r["steps"] == 5 for r in results.values()), results
+    assert results["worker-0"]["test_accuracy"] == results["worker-1"]["test_accuracy"]
