@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib
 import pytest
 from matplotlib.container import BarContainer
 from test_bench_results import case, document, spread
 
 from ddlkit.bench import plots
-from ddlkit.bench.results import parse
+from ddlkit.bench.results import EvalPoint, parse
 
 matplotlib.use("Agg")
 
@@ -100,21 +102,34 @@ def test_efficiency_with_every_strategy_measured_has_one_bar_pair_per_multi_work
     assert texts(ax).count("skipped") == 0
 
 
+def with_curves(res, curves):
+    """`res` with held-out curves on the named cases (as load_results reads them)."""
+    cases = tuple(
+        replace(c, evals=tuple(tuple(EvalPoint(t, a) for t, a in run) for run in curves[c.name]))
+        if c.name in curves
+        else c
+        for c in res.cases
+    )
+    return replace(res, cases=cases)
+
+
 def test_time_to_accuracy_draws_each_case_and_the_target():
     doc = document(target_accuracy=0.9)
-    doc["cases"][2]["evals"] = [
-        [{"train_seconds": 2.0, "accuracy": 0.8}, {"train_seconds": 4.0, "accuracy": 0.92}],
-        [{"train_seconds": 2.5, "accuracy": 0.78}],
-    ]
-    doc["cases"][2]["time_to_target"] = spread(3.5, 3.0, 4.0)
-    doc["cases"][0]["evals"] = [[{"train_seconds": 3.0, "accuracy": 0.95}]]
-    ax = plots.time_to_accuracy(parse(doc)).axes[0]
+    doc["cases"][2]["seconds_to_target"] = spread(3.5, 3.0, 4.0)
+    res = with_curves(
+        parse(doc),
+        {
+            "multi_worker-x2": [[(2.0, 0.8), (4.0, 0.92)], [(2.5, 0.78)]],
+            "single-x1": [[(3.0, 0.95)]],
+        },
+    )
+    ax = plots.time_to_accuracy(res).axes[0]
     drawn = lines(ax)
     assert tuple(drawn["multi_worker-x2"].get_xdata()) == (2.0, 4.0)
     assert tuple(drawn["multi_worker-x2"].get_ydata()) == (0.8, 0.92)
     assert tuple(drawn["single-x1"].get_ydata()) == (0.95,)
     assert tuple(drawn["target 0.90"].get_ydata()) == (0.9, 0.9)
-    # the second repeat is drawn too, fainter and without its own legend entry
+    # the second run is drawn too, fainter and without its own legend entry
     faint = [ln for ln in ax.get_lines() if tuple(ln.get_xdata()) == (2.5,)]
     assert len(faint) == 1 and faint[0].get_alpha() < 1
     # colour by strategy; 1 worker dashed, 2 workers solid
@@ -127,10 +142,31 @@ def test_time_to_accuracy_draws_each_case_and_the_target():
     assert ax.get_xlabel().startswith("training seconds")
 
 
-def test_time_to_accuracy_without_evals_says_so():
-    ax = plots.time_to_accuracy(results()).axes[0]
-    assert not ax.get_lines()
-    assert "no held-out accuracy series" in texts(ax)
+def test_time_to_accuracy_without_curves_shows_seconds_to_target_per_case():
+    ax = plots.time_to_accuracy(results()).axes[0]  # bench.json alone: no run directories
+    bars = containers(ax)
+    (label,) = bars
+    assert label == "seconds to 0.95"
+    # horizontal bars: one, multi_worker-x1's median 9.0 s with whiskers 8-10
+    (bar,) = [c for c in ax.containers if isinstance(c, BarContainer)][0]
+    assert bar.get_width() == 9.0
+    whiskers = [c for c in ax.containers if isinstance(c, BarContainer)][0].errorbar
+    assert tuple(whiskers.lines[2][0].get_segments()[0][:, 0]) == (8.0, 10.0)
+    names = [t.get_text() for t in ax.get_yticklabels()]
+    assert names == ["single-x1", "multi_worker-x1", "multi_worker-x2", "param_server-x2"]
+    notes = texts(ax)
+    assert "9.0 s" in notes
+    assert "not reached in 60 steps by 2 of 2 runs (best held-out accuracy 0.930)" in notes
+    assert "0.95" in ax.get_title()
+
+
+def test_time_to_accuracy_without_evals_says_so_and_how_to_get_them():
+    doc = document()
+    for c in doc["cases"]:
+        c["eval_every"], c["seconds_to_target"] = 0, None
+    ax = plots.time_to_accuracy(parse(doc)).axes[0]
+    assert not ax.get_lines() and not ax.containers
+    assert "no held-out evaluations" in texts(ax) and "--eval-every" in texts(ax)
 
 
 def test_plots_draw_into_a_given_axes():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -15,46 +16,83 @@ def spread(median, lo=None, hi=None, n=2):
 
 
 def case(strategy, workers, rate, **extra):
+    """A case as the schema-2 engine writes it (ddlkit/bench/run.py's docstring)."""
+    name = f"{strategy}-x{workers}"
     out = {
-        "name": f"{strategy}-x{workers}",
+        "name": name,
         "strategy": strategy,
         "workers": workers,
         "steps": 60,
         "batch": 64,
         "repeats": 2,
         "model": "mnist",
+        "eval_every": 20,
+        "eval_examples": 1000,
         "skipped": None,
         "error": None,
-        "runs": [],
+        "runs": [] if rate is None else [{"run_id": f"{name}-{i}", "evals": 4} for i in (1, 2)],
         "examples_per_sec": None if rate is None else spread(rate, rate - 100, rate + 50),
         "step_time": None if rate is None else spread(64 * workers / rate),
         "test_accuracy": None if rate is None else spread(0.9),
-        # what an older engine wrote: results.py recomputes these from the medians
+        "foreign_cpu": None if rate is None else spread(0.1, 0.05, 0.2),
+        "seconds_to_target": None,
+        "target_reached": "0/2",
+        "target_note": "not reached in 60 steps by 2 of 2 runs (best held-out accuracy 0.930)",
+        "comm": {"share": None, "ms_per_step": None, "how": "one device: nothing to send"},
+        # the engine's own numbers: results.py recomputes these from the medians
         "speedup": 99.0,
         "efficiency": 99.0,
+        "vs_single": 99.0,
     }
     out.update(extra)
     return out
 
 
+PS_HOW = "not measured: PS pulls and pushes inside each step's remote function"
+EST_HOW = "estimate: (step time - single-x1 step time) / step time"
+
+
 def document(**extra):
     doc = {
-        "schema": 1,
+        "schema": 2,
         "benchmark": "strategies",
         "bench_id": "20261121-090559.850-bench-7412",
         "created": 1795251959.85,
+        "created_utc": "2026-11-21T09:05:59.850000+00:00",
         "quick": True,
         "wall_seconds": 325.3,
-        "machine": {"cores": [0, 1], "cores_per_worker": 1, "hostname": "box"},
+        "command": "ddlkit bench --quick",
+        "target_accuracy": 0.95,
+        "machine": {
+            "cores": [0, 1],
+            "cores_per_worker": 1,
+            "cpu_model": "Some CPU",
+            "load_start": [1.5, 2.25, 3.0],
+        },
         "cases": [
             case("single", 1, 2000.0),
-            case("multi_worker", 1, 1000.0, comm_share=None, comm_share_note="one worker"),
-            case("multi_worker", 2, 1600.0, comm_share=spread(0.25, 0.2, 0.3)),
+            case(
+                "multi_worker",
+                1,
+                1000.0,
+                seconds_to_target=spread(9.0, 8.0, 10.0),
+                target_reached="2/2",
+                target_note=None,
+                comm={"share": 0.5, "ms_per_step": 32.0, "how": EST_HOW},
+            ),
+            case(
+                "multi_worker",
+                2,
+                1600.0,
+                comm={"share": 0.25, "ms_per_step": 20.0, "how": "measured: a timeline"},
+            ),
             case(
                 "parameter_server",
                 2,
                 1200.0,
-                comm_share={"value": None, "reason": "push/pull is inside the step"},
+                comm={"share": None, "ms_per_step": None, "how": PS_HOW},
+                target_note=None,
+                eval_every=0,
             ),
             case("horovod", 1, None, skipped="horovodrun was not found"),
             case("horovod", 2, None, skipped="horovodrun was not found"),
@@ -62,7 +100,6 @@ def document(**extra):
         ],
         "overhead": {"by_hand": [1.0], "kit": [1.0], "ratios": [0.98], "ratio_median": 0.98},
         "overhead_error": None,
-        "command": "ddlkit bench --quick",
     }
     doc.update(extra)
     return doc
@@ -93,8 +130,12 @@ def test_load_from_run_dir_or_file_gives_cases_with_spreads(tmp_path):
     assert res.worker_counts == (1, 2)
     assert res.single.name == "single-x1"
     assert res.overhead_ratio == 0.98
+    assert res.target_accuracy == 0.95
     assert ("command", "ddlkit bench --quick") in res.meta
-    assert ("hostname", "box") in res.meta
+    assert ("cpu model", "Some CPU") in res.meta
+    assert ("load start", "1.50, 2.25, 3.00") in res.meta
+    assert mw2.foreign_cpu.median == 0.1 and mw2.eval_every == 20
+    assert mw2.run_ids == ("multi_worker-x2-1", "multi_worker-x2-2")
 
 
 def test_scaling_is_recomputed_from_medians_against_x1_and_single(tmp_path):
@@ -114,56 +155,84 @@ def test_scaling_is_recomputed_from_medians_against_x1_and_single(tmp_path):
         assert not c.ok and c.throughput is None and c.efficiency is None and c.vs_single is None
 
 
-def test_unmeasured_values_keep_their_reason(tmp_path):
+def test_communication_share_says_how_or_why_not(tmp_path):
     res = load_results(write(tmp_path, document()))
-    assert res.case("multi_worker-x2").comm_share.median == 0.25
-    assert res.case("multi_worker-x2").comm_text() == "25%"
-    assert res.case("multi_worker-x1").comm_text() == "not measured: one worker"
+    mw2, mw1 = res.case("multi_worker-x2"), res.case("multi_worker-x1")
+    assert (mw2.comm_share, mw2.comm_ms, mw2.comm_measured) == (0.25, 20.0, True)
+    assert mw2.comm_text() == "25% (measured)"
+    assert mw1.comm_text() == "50% (estimated)" and not mw1.comm_measured
     ps2 = res.case("parameter_server-x2")
-    assert ps2.comm_share is None
-    assert ps2.comm_text() == "not measured: push/pull is inside the step"
-    assert ps2.target_text() == "not measured"
+    assert ps2.comm_share is None and ps2.comm_text() == PS_HOW
+    assert res.case("single-x1").comm_text() == "not measured: one device: nothing to send"
+    old = document()
+    del old["cases"][0]["comm"]  # a schema-1 file has no comm at all
+    assert parse(old).case("single-x1").comm_text() == "not measured"
+
+
+def test_time_to_target_or_why_not(tmp_path):
+    res = load_results(write(tmp_path, document()))
+    mw1 = res.case("multi_worker-x1")
+    assert mw1.time_to_target.median == 9.0 and mw1.target_reached == "2/2"
+    assert mw1.target_text() == "9.0 s, 2/2 runs"
+    assert res.case("single-x1").target_text().startswith("not reached in 60 steps by 2 of 2")
+    assert res.case("parameter_server-x2").target_text() == "not measured"
+    assert res.has_target_times
     assert res.case("horovod-x1").status == "skipped: horovodrun was not found"
     assert res.case("mirrored-x1").status == "FAILED: worker-0 exited with code 1"
 
 
-def test_time_to_target_and_eval_curves(tmp_path):
-    doc = document(target_accuracy=0.9)
-    curve = [
-        {"step": 20, "train_seconds": 4.0, "accuracy": 0.85},
-        {"step": 10, "train_seconds": 2.0, "accuracy": 0.7},
-    ]
-    doc["cases"][2]["runs"] = [{"run_id": "a", "evals": curve}, {"run_id": "b", "evals": []}]
-    doc["cases"][2]["time_to_target"] = {"value": 3.5, "reason": None}
-    doc["cases"][0]["evals"] = [[{"seconds": 1.0, "accuracy": 0.91}]]
-    doc["cases"][0]["time_to_target"] = None
-    doc["cases"][0]["time_to_target_note"] = "target not reached"
-    res = load_results(write(tmp_path, doc))
-    assert res.target_accuracy == 0.9 and res.has_evals
-    mw2 = res.case("multi_worker-x2")
-    assert len(mw2.evals) == 1  # the run without evals adds no curve
-    assert [(p.seconds, p.accuracy, p.step) for p in mw2.evals[0]] == [
-        (2.0, 0.7, 10),
+def eval_line(step, seconds, accuracy, seq):
+    from ddlkit.metrics.records import Record
+
+    info = {"step": step, "examples": step * 64, "train_seconds": seconds}
+    info |= {"accuracy": accuracy, "loss": 0.5}
+    record = Record(
+        kind="event",
+        worker="main",
+        step=step,
+        epoch=0,
+        wall_time=1.0,
+        seq=seq,
+        name="eval",
+        info=info,
+    )
+    return record.to_json()
+
+
+def test_curves_come_from_the_runs_directories_next_to_the_file(tmp_path):
+    write(tmp_path, document())
+    metrics = tmp_path / "runs" / "multi_worker-x2-1" / "metrics"
+    metrics.mkdir(parents=True)
+    lines = [eval_line(20, 4.0, 0.85, 1), eval_line(0, 0.0, 0.1, 0), eval_line(40, 8.0, 0.93, 2)]
+    (metrics / "main.jsonl").write_text("\n".join(lines) + "\n")
+    res = load_results(tmp_path)
+    assert res.has_evals
+    (curve,) = res.case("multi_worker-x2").evals  # the second run's directory is gone
+    assert [(p.seconds, p.accuracy, p.step) for p in curve] == [
+        (0.0, 0.1, 0),
         (4.0, 0.85, 20),
+        (8.0, 0.93, 40),
     ]
-    assert mw2.time_to_target.median == 3.5 and mw2.target_text() == "3.5 s"
-    assert res.case("single-x1").target_text() == "not measured: target not reached"
-    assert not load_results(write(tmp_path, document(), "other.json")).has_evals
+    assert res.case("single-x1").evals == ()
+    assert not load_results(tmp_path, curves=False).has_evals
+    # a copied bench.json without its runs: no curves, the rest intact
+    copy = write(tmp_path / "runs", document(), "copy.json")
+    assert not load_results(copy).has_evals
 
 
 def test_table_and_about_show_every_case_and_the_metadata(tmp_path):
     res = load_results(write(tmp_path, document()))
-    html = res._repr_html_()
+    table = res._repr_html_()
     for text in (
         "multi_worker-x2",
         "1,600",
         "80%",
-        "not measured: push/pull is inside the step",
+        html.escape(PS_HOW),
         "skipped: horovodrun was not found",
         "FAILED: worker-0 exited with code 1",
         "2 cores",
     ):
-        assert text in html
+        assert text in table
     rows = dict(res.about().rows)
     assert rows["date"] == "2026-11-21 09:05 UTC"
     assert rows["size"] == "quick: 60 steps, 2 repeats"
@@ -232,11 +301,10 @@ def test_summary_answers_per_multi_worker_case(tmp_path):
     assert lines[0] == "single-x1: 2,000 examples/s"
     assert lines[1] == (
         "multi_worker-x2: 1,600 examples/s, 1.60x its own x1 (80% efficiency), "
-        "0.80x one device, communication 25%"
+        "0.80x one device, communication 25% (measured)"
     )
     assert lines[2] == (
-        "parameter_server-x2: 1,200 examples/s, 0.60x one device, "
-        "communication not measured: push/pull is inside the step"
+        f"parameter_server-x2: 1,200 examples/s, 0.60x one device, communication {PS_HOW}"
     )
     assert lines[3] == "horovod-x2: skipped: horovodrun was not found"
     assert len(lines) == 4  # x1 cases of the strategies are in the table, not the summary

@@ -139,24 +139,33 @@ def efficiency(res: BenchResults, ax: Any = None):
 
 
 NO_EVALS = (
-    "no held-out accuracy series in this benchmark,\nso no time-to-accuracy plot.\n"
-    "Fix: a benchmark recorded with periodic evals\n(a newer `ddlkit bench`)"
+    "no held-out evaluations in this benchmark, so no time to accuracy.\n"
+    "Fix: run `ddlkit bench --eval-every 20` (quick and full benchmarks evaluate by default)"
 )
 
 
 def time_to_accuracy(res: BenchResults, ax: Any = None):
-    """Held-out accuracy against training seconds, one line per case (each repeat drawn,
-    colour by strategy, dashed with 1 worker), the target accuracy as a line and each
-    case's median time to it marked with an x."""
+    """Time to accuracy: the held-out curves where the runs' directories hold them (one
+    line per run, colour by strategy, dashed with 1 worker, the target as a line and each
+    case's median time to it as an x), else each case's median seconds to the target as
+    a bar with min-max whiskers, and why a case has none."""
     fig, ax = _axes(ax, (9, 4.2))
-    ax.set_xlabel("training seconds (evaluation excluded)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_title("time to accuracy")
-    if not res.has_evals:
+    if res.has_evals:
+        _curves(ax, res)
+    elif any(c.eval_every for c in res.cases) or res.has_target_times:
+        _target_bars(ax, res)
+    else:
+        ax.set_title("time to accuracy")
         ax.text(0.5, 0.5, NO_EVALS, transform=ax.transAxes, ha="center", va="center")
         ax.set_xticks([])
         ax.set_yticks([])
-        return fig
+    return fig
+
+
+def _curves(ax: Any, res: BenchResults) -> None:
+    ax.set_xlabel("training seconds (evaluation excluded)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title("time to accuracy: held-out accuracy during training")
     colour = {s: STRATEGY_COLOURS[i % len(STRATEGY_COLOURS)] for i, s in enumerate(res.strategies)}
     for c in res.cases:
         for i, curve in enumerate(c.evals):
@@ -185,4 +194,39 @@ def time_to_accuracy(res: BenchResults, ax: Any = None):
             label=f"target {res.target_accuracy:.2f}",
         )
     ax.legend(loc="lower right", fontsize=8)
-    return fig
+
+
+def _target_bars(ax: Any, res: BenchResults) -> None:
+    target = "the target" if res.target_accuracy is None else f"{res.target_accuracy:.2f}"
+    ax.set_title(f"time to {target} held-out accuracy: median of runs, whiskers min-max")
+    ax.set_xlabel("training seconds (evaluation excluded)")
+    cases = [c for c in res.cases if c.ok]
+    ys = list(range(len(cases)))
+    reached = [(y, c) for y, c in zip(ys, cases, strict=True) if c.time_to_target is not None]
+    if reached:
+        t = [c.time_to_target for _, c in reached]
+        bars = ax.barh(
+            [y for y, _ in reached],
+            [s.median for s in t],
+            xerr=[[s.median - s.min for s in t], [s.max - s.median for s in t]],
+            height=0.6,
+            capsize=3,
+            color="tab:purple",
+            label=f"seconds to {target}",
+        )
+        ax.bar_label(bars, fmt="{:.1f} s", label_type="center", fontsize=8, color="white")
+    for y, c in zip(ys, cases, strict=True):
+        if c.time_to_target is None:
+            ax.text(
+                0.01,
+                y,
+                c.target_text(),
+                transform=ax.get_yaxis_transform(),
+                fontsize=8,
+                va="center",
+                color="0.3",
+            )
+    ax.set_yticks(ys, [_short(c.name) for c in cases])
+    ax.set_ylim(len(cases) - 0.5, -0.5)  # first case on top, no row cut off
+    right = max([1.0] + [c.time_to_target.max for _, c in reached])
+    ax.set_xlim(0, right * 1.25)

@@ -1,4 +1,4 @@
-"""A strategy benchmark's results read back from ``bench.json`` (pure): typed, for notebooks.
+"""A strategy benchmark's results read back from ``bench.json``: typed, for notebooks.
 
     res = load_results("runs/<bench-id>")        # the run directory or its bench.json
     res                                          # one row per case (HTML in a notebook)
@@ -9,7 +9,9 @@ Speed-up and efficiency are recomputed here from the cases' median throughputs
 (:func:`ddlkit.bench.stats.scaling`), so every file, old or new, is read the same way:
 against the same strategy with one worker, and against one device without a strategy
 (``single-x1``). A number the benchmark did not measure stays ``None`` with its reason
-(shown as ``not measured: <reason>``); nothing is filled in.
+(shown as ``not measured: <reason>``); nothing is filled in. :func:`parse` is pure;
+:func:`load_results` also reads the held-out accuracy curves from the runs' directories
+(bench.json keeps only each run's time to the target).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import datetime as _dt
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +63,16 @@ class CaseSummary:
     speedup: float | None = None  # throughput / the same strategy's x1 throughput
     efficiency: float | None = None  # speedup / workers
     vs_single: float | None = None  # throughput / single-x1 throughput
-    comm_share: Spread | None = None  # fraction of a step spent communicating
-    comm_note: str = ""  # why comm_share is missing
-    time_to_target: Spread | None = None  # seconds of training to the target accuracy
-    target_note: str = ""  # why time_to_target is missing
-    evals: tuple[tuple[EvalPoint, ...], ...] = ()  # one held-out curve per repeat
+    comm_share: float | None = None  # fraction of a step spent communicating
+    comm_ms: float | None = None  # milliseconds of a step spent communicating
+    comm_how: str = ""  # measured how, estimated how, or why not measured
+    time_to_target: Spread | None = None  # training seconds to the target accuracy
+    target_reached: str = ""  # "k/n" runs reached it
+    target_note: str = ""  # why time_to_target is missing (or not every run reached it)
+    foreign_cpu: Spread | None = None  # share of the case's cores other processes used
+    eval_every: int = 0  # steps between held-out evaluations (0: none)
+    run_ids: tuple[str, ...] = ()
+    evals: tuple[tuple[EvalPoint, ...], ...] = ()  # one held-out curve per run, if found
 
     @property
     def ok(self) -> bool:
@@ -85,15 +92,31 @@ class CaseSummary:
             return f"FAILED: {self.error}"
         return "measured" if self.throughput is not None else "not run"
 
+    @property
+    def comm_measured(self) -> bool:
+        """True when the communication share was measured, False when estimated."""
+        return self.comm_how.startswith("measured")
+
     def comm_text(self) -> str:
+        """The communication share with how it was found, or why it is missing."""
         if self.comm_share is not None:
-            return f"{self.comm_share.median:.0%}"
-        return f"not measured: {self.comm_note}" if self.comm_note else "not measured"
+            kind = "measured" if self.comm_measured else "estimated"
+            return f"{self.comm_share:.0%} ({kind})"
+        how = self.comm_how
+        if not how:
+            return "not measured"
+        if how.startswith("not "):
+            return how
+        return f"not measured: {how}"
 
     def target_text(self) -> str:
         if self.time_to_target is not None:
-            return f"{self.time_to_target.median:.1f} s"
-        return f"not measured: {self.target_note}" if self.target_note else "not measured"
+            reached = f", {self.target_reached} runs" if self.target_reached else ""
+            return f"{self.time_to_target.median:.1f} s{reached}"
+        note = self.target_note
+        if not note:
+            return "not measured"
+        return note if note.startswith("not ") else f"not measured: {note}"
 
 
 def _fmt(value: float | None, spec: str) -> str | None:
@@ -110,6 +133,7 @@ HEADERS = (
     "communication share",
     "time to target",
     "test acc",
+    "others' CPU",
     "status",
 )
 
@@ -160,7 +184,12 @@ class BenchResults:
 
     @property
     def has_evals(self) -> bool:
+        """Held-out curves were found (in the runs' directories)."""
         return any(c.evals for c in self.cases)
+
+    @property
+    def has_target_times(self) -> bool:
+        return any(c.time_to_target is not None for c in self.cases)
 
     @property
     def date(self) -> str:
@@ -182,6 +211,7 @@ class BenchResults:
                     c.comm_text() if c.ok else None,
                     c.target_text() if c.ok else None,
                     _fmt(acc and acc.median, ".3f"),
+                    _fmt(c.foreign_cpu and c.foreign_cpu.median, ".0%"),
                     c.status,
                 )
             )
@@ -315,50 +345,6 @@ def _spread(raw: Any, path: Path, where: str) -> Spread | None:
     return spread
 
 
-def _optional(raw: Mapping, key: str, path: Path, where: str) -> tuple[Spread | None, str]:
-    """A measurement the benchmark may leave out: (spread, "") or (None, its reason).
-
-    Accepted forms: ``key: {median, min, max, n}`` with ``key_note`` (or ``key_reason``)
-    when it is null; or ``key: {"value": {...} | null, "reason": str}``.
-    """
-    value = raw.get(key)
-    note = raw.get(f"{key}_note") or raw.get(f"{key}_reason") or ""
-    if isinstance(value, Mapping) and ("value" in value or "reason" in value):
-        note = value.get("reason") or note
-        value = value.get("value")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = {"median": value, "min": value, "max": value, "n": 1}
-    spread = _spread(value, path, f"{where} {key}")
-    return spread, "" if spread is not None else str(note)
-
-
-def _evals(raw: Mapping, path: Path, where: str) -> tuple[tuple[EvalPoint, ...], ...]:
-    """Held-out curves: ``evals`` on the case (one list per repeat) or on each run."""
-    curves = raw.get("evals")
-    if curves is None:
-        curves = [r.get("evals") for r in raw.get("runs") or [] if r.get("evals")]
-    out = []
-    for curve in curves or []:
-        try:
-            points = tuple(
-                EvalPoint(
-                    float(p.get("train_seconds", p.get("seconds"))),
-                    float(p["accuracy"]),
-                    None if p.get("step") is None else int(p["step"]),
-                )
-                for p in curve
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            lack = f"{where} evals: a point lacks seconds or accuracy ({exc!r})"
-            raise _invalid(path, lack) from None
-        if points:
-            out.append(tuple(sorted(points, key=lambda p: p.seconds)))
-    return tuple(out)
-
-
-REQUIRED_CASE = ("name", "strategy", "workers", "examples_per_sec", "step_time")
-
-
 def _case(raw: Any, path: Path, index: int) -> CaseSummary:
     if not isinstance(raw, Mapping):
         raise _invalid(path, f"case {index} is not an object")
@@ -366,13 +352,15 @@ def _case(raw: Any, path: Path, index: int) -> CaseSummary:
     if missing:
         raise _invalid(path, f"case {index} lacks {', '.join(missing)}")
     where = f"case {raw['name']!r}"
-    comm, comm_note = _optional(raw, "comm_share", path, where)
-    tta, tta_note = _optional(raw, "time_to_target", path, where)
+    comm = raw.get("comm") or {}
     try:
         workers, steps = int(raw["workers"]), int(raw.get("steps") or 0)
         batch, repeats = int(raw.get("batch") or 0), int(raw.get("repeats") or 0)
-    except (TypeError, ValueError) as exc:
-        raise _invalid(path, f"{where}: workers, steps, batch or repeats ({exc!r})") from None
+        share = None if comm.get("share") is None else float(comm["share"])
+        comm_ms = None if comm.get("ms_per_step") is None else float(comm["ms_per_step"])
+        runs = [str(r["run_id"]) for r in raw.get("runs") or []]
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise _invalid(path, f"{where}: a count, a run or comm is malformed ({exc!r})") from None
     if workers < 1:
         raise _invalid(path, f"{where} has workers={workers}")
     return CaseSummary(
@@ -388,18 +376,55 @@ def _case(raw: Any, path: Path, index: int) -> CaseSummary:
         throughput=_spread(raw["examples_per_sec"], path, f"{where} examples_per_sec"),
         step_time=_spread(raw["step_time"], path, f"{where} step_time"),
         test_accuracy=_spread(raw.get("test_accuracy"), path, f"{where} test_accuracy"),
-        comm_share=comm,
-        comm_note=comm_note,
-        time_to_target=tta,
-        target_note=tta_note,
-        evals=_evals(raw, path, where),
+        comm_share=share,
+        comm_ms=comm_ms,
+        comm_how=str(comm.get("how") or ""),
+        time_to_target=_spread(raw.get("seconds_to_target"), path, f"{where} seconds_to_target"),
+        target_reached=str(raw.get("target_reached") or ""),
+        target_note=str(raw.get("target_note") or ""),
+        foreign_cpu=_spread(raw.get("foreign_cpu"), path, f"{where} foreign_cpu"),
+        eval_every=int(raw.get("eval_every") or 0),
+        run_ids=tuple(runs),
     )
+
+
+REQUIRED_CASE = ("name", "strategy", "workers", "examples_per_sec", "step_time")
+
+
+def read_curves(runs_dir: Path, run_ids: Sequence[str]) -> tuple[tuple[EvalPoint, ...], ...]:
+    """Held-out curves (the ``eval`` events) of the runs found in `runs_dir`, one per run.
+
+    A benchmark keeps its runs in ``runs/<bench-id>/runs/<run-id>/``; bench.json holds
+    only their summary. Runs whose directory is gone (e.g. a bench.json copied
+    elsewhere) or that evaluated nothing add no curve.
+    """
+    from ddlkit.metrics.store import load_run
+
+    out = []
+    for run_id in run_ids:
+        run_dir = Path(runs_dir) / run_id
+        if not (run_dir / "metrics").is_dir():
+            continue
+        points = []
+        for r in load_run(run_dir):
+            if r.kind != "event" or r.name != "eval":
+                continue
+            e = r.info
+            try:
+                step = None if e.get("step") is None else int(e["step"])
+                points.append(EvalPoint(float(e["train_seconds"]), float(e["accuracy"]), step))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(
+                    f"an eval event in {run_dir} lacks train_seconds or accuracy ({exc!r}). "
+                    f"Fix: re-run the benchmark with this ddlkit's worker scripts."
+                ) from None
+        if points:
+            out.append(tuple(sorted(points, key=lambda p: p.seconds)))
+    return tuple(out)
 
 
 def with_scaling(cases: Sequence[CaseSummary]) -> tuple[CaseSummary, ...]:
     """The cases with speed-up, efficiency and vs-single from their median throughputs."""
-    from dataclasses import replace
-
     rates = {(c.strategy, c.workers): c.throughput.median for c in cases if c.ok}
     scale = scaling(rates)
     single = rates.get(("single", 1))
@@ -430,6 +455,7 @@ META_SKIP = {
     "overhead",
     "overhead_error",
     "target_accuracy",
+    "created_utc",
 }
 
 
@@ -448,9 +474,9 @@ def _meta(doc: Mapping) -> tuple[tuple[str, str], ...]:
 
 def _text(value: Any) -> str:
     if isinstance(value, list | tuple):
-        return " ".join(map(str, value)) if all(isinstance(v, str) for v in value) else str(value)
+        return ", ".join(_text(v) for v in value)
     if isinstance(value, float):
-        return f"{value:.3g}"
+        return f"{value:.2f}"
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
     return "" if value is None else str(value)
@@ -501,9 +527,11 @@ def parse(doc: Any, path: str | Path = "bench.json") -> BenchResults:
     )
 
 
-def load_results(path: str | Path) -> BenchResults:
+def load_results(path: str | Path, *, curves: bool = True) -> BenchResults:
     """Read a benchmark: ``runs/<bench-id>`` or its ``bench.json``.
 
+    With ``curves``, each case's held-out accuracy curves are read from its runs'
+    directories next to the file (``runs/<run-id>/``) where they exist.
     Raises :class:`ConfigError` naming the path and the fix when the file is missing,
     is not JSON, or is not a ddlkit benchmark result.
     """
@@ -514,4 +542,9 @@ def load_results(path: str | Path) -> BenchResults:
         raise _invalid(file, f"not valid JSON ({exc})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {file}: {exc}. {RUN_FIX}") from None
-    return parse(doc, file)
+    res = parse(doc, file)
+    if not curves:
+        return res
+    runs_dir = file.parent / "runs"
+    cases = tuple(replace(c, evals=read_curves(runs_dir, c.run_ids)) for c in res.cases)
+    return replace(res, cases=cases)
