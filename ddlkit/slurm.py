@@ -228,18 +228,40 @@ def _port_base(step: SlurmStep, port_base: int | None) -> int:
     return port_base
 
 
-def tf_config_from_slurm(environ: Mapping[str, str], port_base: int | None = None) -> dict:
-    """This task's TF_CONFIG: every task a ``worker``, index ``SLURM_PROCID``.
+def ps_roles(num_tasks: int, ps: int) -> dict[str, int]:
+    """Tasks per role for ParameterServerStrategy: task 0 the chief (coordinator), the
+    next ``ps`` parameter servers, the rest workers."""
+    if ps < 1 or num_tasks - 1 - ps < 1:
+        raise ConfigError(
+            f"{num_tasks} tasks cannot hold a chief, {ps} parameter server(s) and at least "
+            f"one worker. Fix: ask Slurm for at least {max(ps, 1) + 2} tasks (--ntasks) or "
+            f"use fewer parameter servers (at least 1)."
+        )
+    return {"chief": 1, "ps": ps, "worker": num_tasks - 1 - ps}
 
-    Worker 0 is the chief of MultiWorkerMirroredStrategy. ``port_base`` defaults
-    to :func:`default_port_base` of the job id, the same on every task.
+
+def tf_config_from_slurm(
+    environ: Mapping[str, str], port_base: int | None = None, ps: int = 0
+) -> dict:
+    """This task's TF_CONFIG from its Slurm job step.
+
+    ``ps=0``: every task a ``worker``, index ``SLURM_PROCID`` (MultiWorkerMirroredStrategy;
+    worker 0 is its chief). ``ps=N``: task 0 the ``chief``, then N ``ps``, the rest
+    ``worker`` (ParameterServerStrategy; :func:`ps_roles`), as TensorFlow's resolver with
+    ``jobs={"chief": 1, "ps": N, "worker": rest}``. ``port_base`` defaults to
+    :func:`default_port_base` of the job id, the same on every task.
     """
     step = step_from_env(environ)
-    base = _port_base(step, port_base)
-    return {
-        "cluster": {"worker": step.addresses(base)},
-        "task": {"type": "worker", "index": step.procid},
-    }
+    addresses = step.addresses(_port_base(step, port_base))
+    if not ps:
+        return {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": step.procid}}
+    cluster, task, first = {}, {}, 0
+    for role, count in ps_roles(step.num_tasks, ps).items():
+        cluster[role] = addresses[first : first + count]
+        if first <= step.procid < first + count:
+            task = {"type": role, "index": step.procid - first}
+        first += count
+    return {"cluster": cluster, "task": task}
 
 
 def default_run_dir(environ: Mapping[str, str]) -> Path:
@@ -255,8 +277,11 @@ def worker_env(
     environ: Mapping[str, str],
     port_base: int | None = None,
     run_dir: str | os.PathLike | None = None,
+    ps: int = 0,
 ) -> dict[str, str]:
     """The variables to add for this task (pure): TF_CONFIG, worker name, run dir, Keras.
+
+    The worker name is the task's, e.g. ``worker-1`` or (with ``ps``) ``chief-0``, ``ps-0``.
 
     The run directory is ``run_dir``, else ``DDLKIT_RUN_DIR`` if already set (e.g. by
     the batch script), else :func:`default_run_dir`. It must be on a file system every
@@ -264,12 +289,12 @@ def worker_env(
     """
     from ddlkit.backend import keras_env
 
-    config = tf_config_from_slurm(environ, port_base)
+    config = tf_config_from_slurm(environ, port_base, ps)
     directory = run_dir or environ.get("DDLKIT_RUN_DIR") or default_run_dir(environ)
     return {
         **keras_env(),
         "TF_CONFIG": json.dumps(config, sort_keys=True),
-        "DDLKIT_WORKER": f"worker-{config['task']['index']}",
+        "DDLKIT_WORKER": f"{config['task']['type']}-{config['task']['index']}",
         "DDLKIT_RUN_DIR": str(Path(directory).absolute()),
     }
 
@@ -325,6 +350,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("exec", help="run SCRIPT ARGS... as this Slurm task's worker")
     run.add_argument("--port-base", type=int, default=None, help="default: from the job id")
+    ps_help = "ParameterServerStrategy: task 0 the chief, N ps, the rest workers"
+    run.add_argument("--ps", type=int, default=0, help=ps_help)
     run.add_argument("--run-dir", help="default: DDLKIT_RUN_DIR, else runs/slurm-<job id>")
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
@@ -345,19 +372,64 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
         argv_list = exec_argv(args.script, script_args)
-        env = worker_env(os.environ, args.port_base, args.run_dir)
+        env = worker_env(os.environ, args.port_base, args.run_dir, args.ps)
     except ConfigError as exc:
         print(f"ddlkit.slurm: error: {exc}", file=sys.stderr)
         return 2
+    name = env["DDLKIT_WORKER"]
     print(
-        f"ddlkit.slurm: {env['DDLKIT_WORKER']} TF_CONFIG={env['TF_CONFIG']} "
-        f"run_dir={env['DDLKIT_RUN_DIR']}",
+        f"ddlkit.slurm: {name} TF_CONFIG={env['TF_CONFIG']} run_dir={env['DDLKIT_RUN_DIR']}",
         file=sys.stderr,
         flush=True,
     )
     os.environ.update(env)
+    if args.ps and not name.startswith("chief-"):
+        chief_result = Path(env["DDLKIT_RUN_DIR"]) / "results" / "chief-0.json"
+        return serve_until_chief_reports(argv_list, chief_result, name)
     os.execv(argv_list[0], argv_list)
     return 0  # not reached
+
+
+def serve_until_chief_reports(
+    argv: list[str], chief_result: Path, name: str, poll: float = 0.5, grace: float = 10.0
+) -> int:
+    """Run a ps or worker server (which never exits by itself) until the chief reports.
+
+    Returns the server's exit code if it ends first, else 0 once ``chief_result`` is
+    written after this started (the server gets SIGTERM, then SIGKILL after ``grace``
+    seconds). If the chief fails instead, ``srun --kill-on-bad-exit`` ends the job.
+    """
+    import signal
+    import subprocess
+    import time
+
+    started = time.time()
+    child = subprocess.Popen(argv)
+
+    def stop(*_: object) -> None:
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while child.poll() is None:
+            try:
+                reported = chief_result.stat().st_mtime >= started - 1
+            except OSError:
+                reported = False
+            if reported:
+                print(f"ddlkit.slurm: {name}: the chief reported; ending this server", flush=True)
+                child.terminate()
+                try:
+                    child.wait(grace)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                return 0
+            time.sleep(poll)
+        return child.returncode
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
 
 
 if __name__ == "__main__":

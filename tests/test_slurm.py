@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,40 @@ def test_worker_env_names_the_worker_and_its_run_dir(tmp_path, monkeypatch):
     assert given["DDLKIT_RUN_DIR"] == str(tmp_path / "x")
 
 
+def test_parameter_server_layout_chief_then_ps_then_workers(tmp_path):
+    configs = [slurm.tf_config_from_slurm(_env(p, tasks=4, tpn="4"), 9000, ps=1) for p in range(4)]
+    cluster = {"chief": ["vm:9000"], "ps": ["vm:9001"], "worker": ["vm:9002", "vm:9003"]}
+    assert all(c["cluster"] == cluster for c in configs)
+    tasks = [(c["task"]["type"], c["task"]["index"]) for c in configs]
+    assert tasks == [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
+    names = [
+        slurm.worker_env(_env(p, tasks=4, tpn="4"), 9000, tmp_path, ps=1)["DDLKIT_WORKER"]
+        for p in range(4)
+    ]
+    assert names == ["chief-0", "ps-0", "worker-0", "worker-1"]
+    for tasks, ps in ((2, 1), (4, 3), (4, 0), (3, -1)):
+        with pytest.raises(ConfigError, match="--ntasks"):
+            slurm.ps_roles(tasks, ps)
+
+
+def test_a_server_ends_when_the_chief_reports_and_not_before(tmp_path):
+    forever = [sys.executable, "-c", "import time; time.sleep(600)"]
+    result = tmp_path / "results" / "chief-0.json"
+    result.parent.mkdir()
+    result.write_text("{}")
+    os.utime(result, (time.time() - 3600, time.time() - 3600))  # an old run's result
+    quits = [sys.executable, "-c", "import time, sys; time.sleep(2); sys.exit(3)"]
+    start = time.monotonic()
+    assert slurm.serve_until_chief_reports(quits, result, "ps-0", poll=0.1) == 3
+    assert time.monotonic() - start >= 1.5  # the stale result did not end it early
+    timer = threading.Timer(1.0, lambda: result.write_text('{"steps": 1}'))
+    timer.start()
+    start = time.monotonic()
+    assert slurm.serve_until_chief_reports(forever, result, "ps-0", poll=0.1, grace=5) == 0
+    assert 0.9 <= time.monotonic() - start < 20
+    timer.join()
+
+
 def test_horovod_hosts_from_the_job_allocation():
     env = {"SLURM_JOB_NODELIST": "n[1-2],gpu7", "SLURM_TASKS_PER_NODE": "2(x2),1"}
     assert slurm.horovod_hosts(env) == "n1:2,n2:2,gpu7:1"
@@ -199,6 +234,21 @@ def test_same_cluster_as_tensorflows_slurm_resolver(monkeypatch, nodes, tpn):
             monkeypatch, env, port_base=9000, gpus_per_node=most, gpus_per_task=1,
             auto_set_gpu=False,
         )  # fmt: skip
+        assert ours["cluster"] == cluster
+        assert ours["task"] == {"type": task_type, "index": task_id}
+
+
+@pytest.mark.parametrize(("nodes", "tpn", "ps"), [("vm", "4", 1), ("n[1-3]", "2(x3)", 2)])
+def test_parameter_server_layout_is_tensorflows_resolver_with_jobs(monkeypatch, nodes, tpn, ps):
+    counts = slurm.expand_tasks_per_node(tpn)
+    tasks = sum(counts)
+    jobs = slurm.ps_roles(tasks, ps)
+    for procid in range(tasks):
+        env = _env(procid, tasks=tasks, nodes=nodes, tpn=tpn)
+        ours = slurm.tf_config_from_slurm(env, port_base=9000, ps=ps)
+        cluster, (task_type, task_id) = _tf_resolver_view(
+            monkeypatch, env, jobs=jobs, port_base=9000, **_cpu_kwargs(max(counts))
+        )
         assert ours["cluster"] == cluster
         assert ours["task"] == {"type": task_type, "index": task_id}
 
@@ -287,7 +337,7 @@ def test_cli_errors_are_one_line_and_exit_2(env, argv, words):
 
 
 def test_templates_are_plain_bash_that_quote_their_variables():
-    for name in ("multi_worker.sbatch", "horovod.sbatch"):
+    for name in ("multi_worker.sbatch", "parameter_server.sbatch", "horovod.sbatch"):
         path = TEMPLATES / name
         text = path.read_text()
         assert text.startswith("#!/bin/bash\n") and "set -euo pipefail" in text
@@ -680,6 +730,31 @@ def test_real_slurm_horovod_template_trains_two_averaged_ranks(mini_slurm, data_
 
     workers = {r.worker for r in load_run(run_dir) if r.kind == "step"}
     assert workers == {"rank-0", "rank-1"}
+
+
+@pytest.mark.slow
+def test_real_slurm_parameter_server_template_ends_its_servers(mini_slurm, data_env, tmp_path):
+    args = ["--steps-per-epoch", "10", "--epochs", "1", "--report-every", "5", "--eval-every", "0"]
+    template = TEMPLATES / "parameter_server.sbatch"
+    job, output = mini_slurm.submit(
+        template, args, tmp_path / "ps.out", _job_env(tmp_path), options=("--overcommit",)
+    )
+    base = slurm.default_port_base(job)
+    node = mini_slurm.node
+    shown = dict(re.findall(r"ddlkit\.slurm: (\S+) TF_CONFIG=(\{.*?\}) run_dir=", output))
+    assert sorted(shown) == ["chief-0", "ps-0", "worker-0", "worker-1"], output[-3000:]
+    for text in shown.values():
+        assert json.loads(text)["cluster"] == {
+            "chief": [f"{node}:{base}"],
+            "ps": [f"{node}:{base + 1}"],
+            "worker": [f"{node}:{base + 2}", f"{node}:{base + 3}"],
+        }
+    for server in ("ps-0", "worker-0", "worker-1"):  # ended by the wrapper, not by Slurm
+        assert f"ddlkit.slurm: {server}: the chief reported; ending this server" in output
+    run_dir = tmp_path / "runs" / f"slurm-{job}"
+    results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
+    assert sorted(results) == ["chief-0"], output[-3000:]
+    assert results["chief-0"]["steps"] == 10, results
 
 
 @pytest.mark.slow
