@@ -6,13 +6,19 @@ contract of docs/design.md) from the ``SLURM_*`` variables and then replaces its
 with ``python SCRIPT ARGS...`` (``os.execv``, no shell). The templates in
 ``launch/slurm/`` do this for you::
 
-    sbatch launch/slurm/multi_worker.sbatch --epochs 1     # TensorFlow, one task per worker
-    sbatch launch/slurm/horovod.sbatch --epochs 1          # Horovod (Gloo) via horovodrun
+    sbatch launch/slurm/multi_worker.sbatch --epochs 1      # MultiWorkerMirroredStrategy
+    sbatch launch/slurm/parameter_server.sbatch --epochs 1  # ParameterServerStrategy
+    sbatch launch/slurm/horovod.sbatch --epochs 1           # Horovod (Gloo) via horovodrun
+
+With ``exec --ps N`` task 0 is the chief, the next N are parameter servers and the rest
+workers; the ps and worker servers never end by themselves, so the wrapper runs them as
+its children and ends them once the chief has written its result
+(:func:`serve_until_chief_reports`).
 
 The cluster is the one ``tf.distribute.cluster_resolver.SlurmClusterResolver``
 builds (every task ``host:port_base+i`` for its i-th task on that host, task
-index = ``SLURM_PROCID``), computed here without TensorFlow and with two
-differences, both checked in tests/test_slurm.py:
+index = ``SLURM_PROCID``, roles in the order chief, ps, worker), computed here
+without TensorFlow and with two differences, both checked in tests/test_slurm.py:
 
 - hosts keep Slurm's node order (``n9`` before ``n10``); TensorFlow sorts them as
   strings, which hands task 0 the address of a node it does not run on;
@@ -22,8 +28,9 @@ differences, both checked in tests/test_slurm.py:
   that work on CPU nodes, for scripts that want it directly.
 
 Tasks must be laid out in blocks (Slurm's default ``--distribution=block``); a task
-whose ``SLURM_LOCALID`` disagrees with that layout is refused with the fix. Pure
-functions of an environment mapping, except :func:`resolver` and :func:`main`.
+whose ``SLURM_LOCALID`` or ``SLURMD_NODENAME`` disagrees with that layout is refused
+with the fix. Pure functions of an environment mapping, except :func:`resolver`,
+:func:`serve_until_chief_reports` and :func:`main`.
 """
 
 from __future__ import annotations
