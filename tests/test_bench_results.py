@@ -132,6 +132,7 @@ def test_load_from_run_dir_or_file_gives_cases_with_spreads(tmp_path):
     assert res.overhead_ratio == 0.98
     assert res.target_accuracy == 0.95
     assert ("command", "ddlkit bench --quick") in res.meta
+    assert ("command", "not recorded") in parse(document(command="")).meta
     assert ("cpu model", "Some CPU") in res.meta
     assert ("load start", "1.50, 2.25, 3.00") in res.meta
     assert mw2.foreign_cpu.median == 0.1 and mw2.eval_every == 20
@@ -317,5 +318,6 @@ def test_plan_table_shows_every_planned_case_before_it_runs():
     table = plan_table(plan_cases(True, 2, False, strategies=("single", "horovod")))
     assert [r[0] for r in table.rows] == ["single-x1", "horovod-x1", "horovod-x2"]
     assert table.rows[2][3] == "64 x 2"
-    assert "horovodrun was not found" in table.rows[1][6]
+    assert "horovodrun was not found" in table.rows[1][7]
+    assert {r[6] for r in table.rows} == {"every 20 steps"}
     assert "horovod-x2" in table._repr_html_() and "horovod-x2" in str(table)

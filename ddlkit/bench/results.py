@@ -222,7 +222,8 @@ class BenchResults:
         """``quick`` or ``full``, with the steps and repeats the cases were run with."""
         steps = sorted({c.steps for c in self.cases})
         repeats = sorted({c.repeats for c in self.cases})
-        each = "/".join(map(str, steps)) + " steps, " + "/".join(map(str, repeats)) + " repeats"
+        plural = "" if repeats == [1] else "s"
+        each = f"{'/'.join(map(str, steps))} steps, {'/'.join(map(str, repeats))} repeat{plural}"
         return f"{'quick' if self.quick else 'full'}: {each}"
 
     def caption(self) -> str:
@@ -309,11 +310,21 @@ def plan_table(cases: Sequence[Any]) -> Table:
             f"{c.batch} x {c.workers}",
             str(c.repeats),
             f"{c.model} CNN",
+            f"every {c.eval_every} steps" if getattr(c, "eval_every", 0) else "none",
             c.skip or "",
         )
         for c in cases
     )
-    headers = ("case", "workers", "steps", "global batch", "repeats", "model", "skipped")
+    headers = (
+        "case",
+        "workers",
+        "steps",
+        "global batch",
+        "repeats",
+        "model",
+        "held-out eval",
+        "skipped",
+    )
     return Table(headers, rows, f"{len(cases)} cases")
 
 
@@ -468,7 +479,7 @@ def _meta(doc: Mapping) -> tuple[tuple[str, str], ...]:
             rows.append((key.replace("_", " "), _text(value)))
     for key, value in doc.items():
         if key not in META_SKIP:
-            rows.append((key.replace("_", " "), _text(value)))
+            rows.append((key.replace("_", " "), _text(value) or "not recorded"))
     return tuple(rows)
 
 
