@@ -305,3 +305,32 @@ def test_cut_link_mid_run_fails_the_job_within_a_bounded_time(cluster, tmp_path)
         run.stop()
         cluster.restore_link(1)
     assert hosts.check_hosts(cluster.addresses, cluster.ssh).ok
+
+
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(os.path.dirname(sys.executable), "horovodrun")),
+    reason="no horovodrun in the venv: make horovod (scripts/build-horovod.sh)",
+)
+def test_cut_link_mid_horovod_run_fails_the_job_within_a_bounded_time(cluster, tmp_path):
+    ssh = dataclasses.replace(cluster.ssh, alive_interval=1, alive_count=3)  # horovodrun's too
+    run = _start(
+        cluster,
+        tmp_path,
+        script=HOROVOD,
+        strategy="horovod",
+        workers=2,
+        args=["--steps-per-epoch", "100000"],
+        ssh=ssh,
+    )
+    try:
+        assert wait_until(lambda: run.records("rank-1"), timeout=240), run.tail("horovodrun")
+        cluster.cut_link(1)
+        cut_at = time.monotonic()
+        with pytest.raises(WorkerFailedError, match="horovodrun"):
+            run.wait(timeout=120)
+        assert time.monotonic() - cut_at < 60
+        _nothing_left(cluster, run, timeout=60)
+    finally:
+        run.stop()
+        cluster.restore_link(1)
+    assert hosts.check_hosts(cluster.addresses, cluster.ssh).ok
