@@ -334,3 +334,18 @@ def test_cut_link_mid_horovod_run_fails_the_job_within_a_bounded_time(cluster, t
         run.stop()
         cluster.restore_link(1)
     assert hosts.check_hosts(cluster.addresses, cluster.ssh).ok
+
+
+def test_a_started_demo_cluster_closes_once_and_leaves_nothing():
+    """The notebook form (no `with` across cells): start, use, close; close twice is fine."""
+    c = hosts.start_demo_cluster(1)
+    try:
+        names = [h.name for h in c.hosts]
+        assert set(names) <= set(netns.existing())
+        assert hosts.check_hosts(c.addresses, c.ssh).ok
+        assert "demo cluster: 1 hosts" in str(c) and c.addresses[0] in c._repr_html_()
+    finally:
+        c.close()
+    c.close()
+    assert not set(names) & set(netns.existing())
+    assert not any(alive(p) for p in c.sshd_pids)

@@ -5,14 +5,15 @@
 - `preflight`: per-host reachability, Python/TensorFlow/Horovod versions and free ports.
 - `netns`: hosts on one machine as Linux network namespaces (root, iproute2).
 - `sshd`: an sshd in each namespaced host with keys made for the occasion.
-- `demo`: `demo_cluster(n)`, namespaced hosts with sshd, as `ddlkit.launch.start` needs them.
+- `demo`: `start_demo_cluster(n)` / `demo_cluster(n)`, namespaced hosts with sshd, as
+  `ddlkit.launch.start` needs them.
 - `drills`: faults made on purpose on a demo cluster (a stranger's key, a held port).
 """
 
 from __future__ import annotations
 
 from ddlkit.hosts import drills
-from ddlkit.hosts.demo import DemoCluster, demo_cluster
+from ddlkit.hosts.demo import DemoCluster, demo_cluster, start_demo_cluster
 from ddlkit.hosts.netns import NetnsHost, cut_link, namespaced_hosts, restore_link
 from ddlkit.hosts.preflight import HostCheck, Preflight, check_hosts
 from ddlkit.hosts.ssh import HostError, SshOptions, run_on, ssh_argv
@@ -35,4 +36,5 @@ __all__ = [
     "run_on",
     "running_sshd",
     "ssh_argv",
+    "start_demo_cluster",
 ]

@@ -6,16 +6,20 @@
         run = dk.launch.start("launch/train_multi_worker.py", workers=2, **demo.launch_kwargs())
         run.wait()
 
+In a notebook, where a ``with`` block cannot span cells: ``demo = dk.hosts.start_demo_cluster(2)``
+... ``demo.close()`` (also done when the interpreter exits).
+
 Needs root, iproute2 and openssh-server/-client (`unavailable()` says what is missing).
-Everything (hosts, sshd, keys, whatever still runs inside) is gone on exit.
+Everything (hosts, sshd, keys, whatever still runs inside) is gone on close.
 """
 
 from __future__ import annotations
 
+import atexit
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from ddlkit.hosts import netns, sshd
 from ddlkit.hosts.netns import INNER, NetnsHost
 from ddlkit.hosts.ssh import SshOptions
 
-__all__ = ["DemoCluster", "demo_cluster", "unavailable"]
+__all__ = ["DemoCluster", "demo_cluster", "start_demo_cluster", "unavailable"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -37,6 +41,17 @@ class DemoCluster:
     collector_host: str  # this machine's address on the hosts' network
     network_interface: str  # every host's interface (horovodrun --network-interface)
     sshd_pids: tuple[int, ...]
+    _stack: ExitStack = field(default_factory=ExitStack, compare=False)
+
+    def close(self) -> None:
+        """Stop everything on the hosts, their sshd, and delete them (idempotent)."""
+        self._stack.close()
+
+    def __enter__(self) -> DemoCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def addresses(self) -> list[str]:
@@ -87,21 +102,39 @@ def unavailable() -> str:
     return netns.unavailable(try_it=True) or sshd.unavailable()
 
 
-@contextmanager
-def demo_cluster(n: int = 2, *, directory: str | Path | None = None) -> Iterator[DemoCluster]:
-    """``n`` namespaced hosts on this machine, each running sshd with keys made for them."""
+def start_demo_cluster(n: int = 2) -> DemoCluster:
+    """``n`` namespaced hosts on this machine, each running sshd with keys made for them.
+
+    Call ``close()`` when done (it also runs when the interpreter exits).
+    """
     why = unavailable()
     if why:
         raise MissingSystemPackageError(f"no demo cluster here: {why}")
-    with tempfile.TemporaryDirectory(prefix="ddlkit-demo-") as tmp:
-        with (
-            netns.namespaced_hosts(n) as hosts,
-            sshd.running_sshd(hosts, Path(directory or tmp) / "sshd") as cluster,
-        ):
-            yield DemoCluster(
-                hosts=tuple(hosts),
-                ssh=cluster.options,
-                collector_host=hosts[0].gateway,
-                network_interface=INNER,
-                sshd_pids=cluster.pids,
-            )
+    stack = ExitStack()
+    try:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddlkit-demo-"))
+        hosts = stack.enter_context(netns.namespaced_hosts(n))
+        cluster = stack.enter_context(sshd.running_sshd(hosts, Path(tmp) / "sshd"))
+    except BaseException:
+        stack.close()
+        raise
+    atexit.register(stack.close)
+    stack.callback(atexit.unregister, stack.close)
+    return DemoCluster(
+        hosts=tuple(hosts),
+        ssh=cluster.options,
+        collector_host=hosts[0].gateway,
+        network_interface=INNER,
+        sshd_pids=cluster.pids,
+        _stack=stack,
+    )
+
+
+@contextmanager
+def demo_cluster(n: int = 2) -> Iterator[DemoCluster]:
+    """`start_demo_cluster` as a ``with`` block: everything is gone on exit."""
+    demo = start_demo_cluster(n)
+    try:
+        yield demo
+    finally:
+        demo.close()
