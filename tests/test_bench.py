@@ -74,12 +74,19 @@ def test_case_arguments_fix_the_steps(tmp_path):
     case = BenchCase("multi_worker", 2, 40, batch=32)
     assert case.args() == [
         "--dataset", "mnist", "--epochs", "1", "--steps-per-epoch", "40", "--batch-size", "32",
+        "--eval-every", "0",
     ]  # fmt: skip
+    evals = BenchCase("horovod", 2, 40, eval_every=10).args()
+    assert evals[-4:] == ["--eval-every", "10", "--eval-examples", str(config.EVAL_EXAMPLES)]
+    with pytest.raises(ConfigError, match="eval_every=-1"):
+        BenchCase("single", 1, 40, eval_every=-1)
+    assert [c.eval_every for c in plan_cases(True, 2, True)] == [20] * 9
+    assert {c.eval_every for c in plan_cases(False, 2, True, eval_every=0)} == {0}
     assert case.launch_strategy == "multi_worker"
     assert BenchCase("single", 1, 5).launch_strategy == "mirrored"
     assert BenchCase("single", 1, 5).script(tmp_path) == tmp_path / "train_single.py"
     ps = BenchCase("parameter_server", 2, 40).args()
-    assert ps[-4:] == ["--report-every", "5", "--eval-every", "0"]
+    assert ps[-4:] == ["--batch-size", "64", "--eval-every", "0"][-2:] + ["--report-every", "5"]
     for strategy, script in config.SCRIPTS.items():
         assert (run.LAUNCH_DIR / script).is_file(), strategy
     assert "multi_worker" in case._repr_html_()
@@ -162,6 +169,7 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
     assert top | {"overhead", "overhead_error"} <= set(doc)
     assert doc["overhead"] is None and doc["overhead_error"] is None
     assert doc["machine"] == {"cores": [0, 1], "cores_per_worker": 1}
+    assert doc["schema"] == run.SCHEMA_VERSION == 2 and doc["created_utc"].endswith("+00:00")
     by = {c["name"]: c for c in doc["cases"]}
     assert list(by) == [
         "single-x1",
@@ -186,8 +194,16 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
         "speedup",
         "efficiency",
         "vs_single",
+        "foreign_cpu",
+        "seconds_to_target",
+        "target_reached",
+        "target_note",
+        "comm",
+        "eval_every",
     }
     assert all(keys <= set(c) for c in doc["cases"])
+    for key in keys - {"runs", "comm"}:  # every key the module docstring documents
+        assert f"{key}" in run.__doc__, key
     mw2 = by["multi_worker-x2"]
     assert mw2["examples_per_sec"] == {"median": 1800.0, "min": 1700.0, "max": 1900.0, "n": 2}
     assert mw2["speedup"] == pytest.approx(1.8) and mw2["efficiency"] == pytest.approx(0.9)
@@ -198,11 +214,14 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
     assert by["single-x1"]["efficiency"] == 1.0
     assert mw2["vs_single"] == pytest.approx(1.8) and by["single-x1"]["vs_single"] == 1.0
     assert by["horovod-x1"]["vs_single"] is None
-    res.overhead = overhead.Overhead(by_hand=(100.0,), kit=(98.0,))
+    res.overhead = overhead.Overhead((100.0, 100.0), (98.0, 110.0), ("hand-first", "kit-first"), 20)
     doc = json.loads(res.write().read_text())
     assert doc["overhead"] == {
-        "by_hand": [100.0], "kit": [98.0], "ratios": [0.98], "ratio_median": 0.98
+        "by_hand": [100.0, 100.0], "kit": [98.0, 110.0], "ratios": [0.98, 1.1],
+        "ratio_median": 1.04, "ratio_min": 0.98, "ratio_max": 1.1,
+        "order": ["hand-first", "kit-first"], "steps": 20, "workers": 2,
     }  # fmt: skip
+    assert [overhead.pair_order(i) for i in range(3)] == ["hand-first", "kit-first", "hand-first"]
 
 
 def test_report_table_and_plot(tmp_path):
@@ -267,7 +286,8 @@ def test_result_line_and_overhead_ratio():
     assert o.ratios == pytest.approx((0.99, 0.95, 1.01))
     assert o.ratio == pytest.approx(0.99)
     doc = {"overhead": o.to_dict(), "overhead_error": None}
-    assert "= 0.990 median of 3 pair(s)" in report.overhead_line(doc)
+    assert "= 0.990 median of 3 alternating pair(s)" in report.overhead_line(doc)
+    assert "range 0.950-1.010" in report.overhead_line(doc)
     assert "FAILED: boom" in report.overhead_line({"overhead": None, "overhead_error": "boom"})
     assert "not measured" in report.overhead_line({"overhead": None, "overhead_error": None})
 
@@ -316,3 +336,87 @@ def test_ddlkit_bench_refuses_bad_input_in_one_line_with_exit_2():
     )
     assert out.returncode == 2, out
     assert out.stderr.strip().count("\n") == 0 and "Fix:" in out.stderr
+
+
+def _eval(worker, step, accuracy, seconds):
+    info = {"step": step, "examples": step * 64, "train_seconds": seconds, "loss": 1.0}
+    info["accuracy"] = accuracy
+    return Record(
+        kind="event", worker=worker, step=step, epoch=0, wall_time=0, seq=0, name="eval", info=info
+    )
+
+
+def test_measure_leaves_out_steps_that_waited_for_an_eval_and_times_the_target():
+    records = [step_record("worker-0", i, 100.0, step_time=0.1) for i in range(1, 21)]
+    records += [step_record("worker-1", i, 100.0, step_time=0.1) for i in range(1, 21)]
+    for r in list(records):  # step 11 holds worker-0's evaluation after step 10, on both
+        if r.step == 11:
+            records.remove(r)
+            records.append(step_record(r.worker, 11, 5.0, step_time=2.0))
+    seen = [(0, 0.1, 0), (10, 0.96, 1.2), (20, 0.97, 2.3)]  # step, accuracy, train seconds
+    records += [_eval("worker-0", s, a, t) for s, a, t in seen]
+    assert stats.eval_waits(records) == {1, 11, 21}
+    m = stats.measure(records, {"test_accuracy": 0.9}, run_id="r", steps=20, wall_seconds=9.0,
+                      target=0.95, foreign_cpu=0.25)  # fmt: skip
+    assert m.step_time == pytest.approx(0.1) and m.examples_per_sec == pytest.approx(200.0)
+    assert (m.seconds_to_target, m.best_eval_accuracy, m.evals) == (1.2, 0.97, 3)
+    assert m.foreign_cpu == 0.25 and m.comm_ms_per_step is None
+    missed = stats.measure(records, {"test_accuracy": 0.9}, run_id="r", steps=20,
+                           wall_seconds=9.0, target=0.99)  # fmt: skip
+    assert missed.seconds_to_target is None and missed.best_eval_accuracy == 0.97
+    assert stats.time_to_target([], 0.5) is None
+
+
+def test_communication_is_measured_estimated_or_says_why_not():
+    assert stats.communication("single", 0.03, None, 0.03).share is None
+    ps = stats.communication("parameter_server", 0.05, None, 0.03)
+    assert ps.share is None and ps.how.startswith("not measured: ParameterServerStrategy")
+    hvd = stats.communication("horovod", 0.05, 10.0, 0.03)
+    assert hvd.share == pytest.approx(0.2) and hvd.how.startswith("measured: Horovod timeline")
+    assert stats.communication("horovod", 0.05, None, 0.03).how.startswith("not measured")
+    mw = stats.communication("multi_worker", 0.05, None, 0.03)
+    assert mw.share == pytest.approx(0.4) and mw.ms_per_step == pytest.approx(20.0)
+    assert mw.how.startswith("estimate")
+    assert stats.communication("multi_worker", 0.02, None, 0.03).share == 0.0  # never negative
+    assert stats.communication("mirrored", 0.05, None, None).how.startswith("not estimated")
+
+
+def test_bench_json_has_comm_target_and_others_cpu_per_case(tmp_path):
+    res = _result(tmp_path)
+    res.cases[0].runs = [stats.RunMeasure("s", 1000.0, 0.03, 0.9, 5.0, 2.0, 0.96, 4, 0.0)]
+    res.cases[2].case = BenchCase("multi_worker", 2, 20, repeats=2, eval_every=10)
+    res.cases[2].runs = [
+        stats.RunMeasure("a", 1700.0, 0.05, 0.9, 9.0, 3.0, 0.96, 3, 0.1),
+        stats.RunMeasure("b", 1900.0, 0.05, 0.9, 9.0, None, 0.94, 3, 0.3),
+    ]
+    doc = res.to_dict()
+    by = {c["name"]: c for c in doc["cases"]}
+    mw2 = by["multi_worker-x2"]
+    assert mw2["comm"]["share"] == pytest.approx(0.4) and "estimate" in mw2["comm"]["how"]
+    assert mw2["seconds_to_target"] == {"median": 3.0, "min": 3.0, "max": 3.0, "n": 1}
+    assert mw2["target_reached"] == "1/2"
+    assert mw2["target_note"] == (
+        "not reached in 20 steps by 1 of 2 runs (best held-out accuracy 0.960)"
+    )
+    assert mw2["foreign_cpu"]["median"] == pytest.approx(0.2)
+    assert by["multi_worker-x1"]["target_note"].startswith("not measured: no held-out")
+    assert by["single-x1"]["comm"]["how"].startswith("one device")
+    text = report.text_report(doc)
+    assert "40% (est.)" in text and "3.0 (1/2)" in text and "20%" in text
+    assert "comm share: estimate" in text and "multi_worker-x2: target accuracy not reached" in text
+
+
+def test_foreign_cpu_share_from_proc_stat(monkeypatch):
+    from ddlkit.bench import cpu
+
+    text = "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 0 50 800 50 0 0 0 0 0\n"
+    text += "cpu1 10 0 10 980 0 0 0 0 0 0\n"
+    assert cpu.parse_proc_stat(text, (0,)) == (150, 1000)  # iowait is not busy
+    assert cpu.parse_proc_stat(text, (0, 1)) == (170, 2000)
+    tick = __import__("os").sysconf("SC_CLK_TCK")
+    assert cpu.foreign_share(600, 1000, 1.0 * 300 / tick) == pytest.approx(0.3)
+    assert cpu.foreign_share(100, 1000, 5.0 * 1000 / tick) == 0.0  # clipped, never negative
+    assert cpu.foreign_share(0, 0, 0.0) is None
+    watch = cpu.CpuWatch.start((0,))
+    time.sleep(0.2)  # a few clock ticks
+    assert 0.0 <= watch.foreign_share() <= 1.0

@@ -25,6 +25,14 @@ def test_tiny_bench_measures_every_case_the_overhead_and_draws_the_plot(tmp_path
         assert case["examples_per_sec"]["median"] > 0, name
         assert case["step_time"]["median"] > 0, name
         assert 0.0 <= case["test_accuracy"]["median"] <= 1.0, name
+        (r,) = case["runs"]
+        assert r["evals"] == 2 and 0.0 <= r["best_eval_accuracy"] <= 1.0, name  # steps 0, 20
+        assert 0.0 <= r["foreign_cpu"] <= 1.0, name
+        assert case["target_reached"] in ("0/1", "1/1"), name
+    assert by["multi_worker-x2"]["comm"]["how"].startswith("estimate")
+    assert 0.0 <= by["multi_worker-x2"]["comm"]["share"] < 1.0
+    assert by["single-x1"]["comm"]["share"] is None
+    assert doc["machine"]["load_start"] and doc["machine"]["load_end"]
     assert by["multi_worker-x1"]["efficiency"] == 1.0
     assert by["single-x1"]["vs_single"] == 1.0 and by["multi_worker-x2"]["vs_single"] > 0
     assert by["multi_worker-x2"]["speedup"] > 0
@@ -41,3 +49,21 @@ def test_tiny_bench_measures_every_case_the_overhead_and_draws_the_plot(tmp_path
     assert 0.3 < overhead["ratio_median"] < 3  # same job both ways: the same order
     assert overhead["ratio_median"] == overhead["kit"][0] / overhead["by_hand"][0]
     assert "RESULT " in (result.bench_dir / "overhead" / "by-hand-0" / "hand-0.log").read_text()
+
+
+@pytest.mark.slow
+def test_horovod_cases_pin_each_rank_and_measure_allreduce_from_the_timeline(tmp_path):
+    from ddlkit.launch import plan
+
+    assert plan.find_horovodrun(__import__("sys").executable), "Horovod is not built in the venv"
+    cases = plan_cases(True, 2, True, strategies=("horovod",), steps=20, repeats=1)
+    result = run_bench(cases, runs_dir=tmp_path, timeout=300, progress=None)
+    doc = json.loads(result.path.read_text())
+    by = {c["name"]: c for c in doc["cases"]}
+    assert [c["error"] for c in by.values()] == [None, None]
+    one, two = by["horovod-x1"], by["horovod-x2"]
+    assert one["comm"]["share"] == 0.0  # one rank reduces nothing
+    assert 0.0 < two["comm"]["share"] < 1.0 and two["comm"]["how"].startswith("measured")
+    assert two["runs"][0]["comm_ms_per_step"] > 0
+    assert (result.bench_dir / "timelines" / "horovod-x2-1.json").is_file()
+    assert two["runs"][0]["evals"] == 2  # rank 0 evaluated at steps 0 and 20

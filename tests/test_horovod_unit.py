@@ -270,3 +270,21 @@ def test_pin_rank_refuses_cores_this_process_may_not_use():
     with pytest.raises(ConfigError, match=r"\[4096\] are not available"):
         pinning.pin_rank(env)
     assert os.sched_getaffinity(0) == before and "TF_NUM_INTRAOP_THREADS" not in env
+
+
+def test_timeline_per_step_counts_overlapping_tensors_once_and_skips_warmup():
+    from ddlkit.horovod.timeline import Span, Timeline
+
+    spans = []
+    for step in range(4):  # a step every 1000 us; two tensors reduced in overlapping spans
+        t0 = step * 1000
+        spans.append(Span("grad_a", "ALLREDUCE", t0 + 100, t0 + 300, 0))
+        spans.append(Span("grad_b", "ALLREDUCE", t0 + 200, t0 + 400 + 100 * step, 0))
+        spans.append(Span("grad_a", "NEGOTIATE_ALLREDUCE", t0, t0 + 100, 0))
+    timeline = Timeline("t.json", tuple(sorted(spans, key=lambda s: s.start)))
+    # steps 2..4 (skip 1): unions of 400, 500 and 600 us -> 0.5 ms a step
+    assert timeline.per_step("ALLREDUCE", skip=1) == (pytest.approx(0.5), 3)
+    assert timeline.per_step("ALLREDUCE") == (pytest.approx(0.45), 4)
+    assert timeline.per_step("NEGOTIATE_ALLREDUCE", skip=2) == (pytest.approx(0.1), 2)
+    assert timeline.per_step("ALLREDUCE", skip=4) == (0.0, 0)
+    assert timeline.per_step("BROADCAST") == (0.0, 0)

@@ -8,9 +8,10 @@ python -m ddlkit.bench --quick
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
-from ddlkit.bench.config import BENCH_STRATEGIES, DATASETS, plan_cases
+from ddlkit.bench.config import BENCH_STRATEGIES, DATASETS, QUICK_TARGET, TARGET, plan_cases
 from ddlkit.errors import ConfigError
 
 
@@ -38,6 +39,18 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
         help="kit vs by-hand run pairs for the overhead ratio (default 1, full 3; 0: skip)",
     )
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before stopping")
+    p.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="held-out accuracy to time (default 0.95; --quick: 0.90, reached in its steps)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="steps between held-out evaluations (default quick 20, full 25; 0: none)",
+    )
 
 
 def main_bench(args: argparse.Namespace) -> int:
@@ -56,7 +69,11 @@ def main_bench(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         batch=args.batch_size,
         model=args.dataset,
+        eval_every=args.eval_every,
     )
+    target = args.target if args.target is not None else QUICK_TARGET if args.quick else TARGET
+    if not 0 < target <= 1:
+        raise ConfigError(f"--target {target}: an accuracy in (0, 1]. Fix: e.g. 0.95.")
     pairs = args.overhead_pairs
     if pairs is None:
         pairs = 1 if args.quick else 3
@@ -68,6 +85,8 @@ def main_bench(args: argparse.Namespace) -> int:
         quick=args.quick,
         overhead_pairs=pairs,
         timeout=args.timeout,
+        target=target,
+        command=shlex.join(sys.argv),
     )
     print(text_report(result.to_dict()))
     print(f"results: {result.path}\nplot: {result.plot_path}")

@@ -15,6 +15,9 @@ HEADERS = (
     "speed-up vs x1",
     "efficiency",
     "vs single-x1",
+    "comm share",
+    "s to target",
+    "others' CPU",
     "test acc",
     "note",
 )
@@ -24,12 +27,34 @@ def _fmt(value: float | None, spec: str) -> str | None:
     return None if value is None else format(value, spec)
 
 
+def _comm_cell(c: dict) -> str | None:
+    """ "12%", "30% (est.)" or "n/m" (not measured: the notes say why)."""
+    if not c["runs"]:
+        return None
+    comm = c.get("comm") or {}
+    if comm.get("share") is None:
+        return "n/m"
+    estimate = comm.get("how", "").startswith("estimate")
+    return f"{comm['share']:.0%}" + (" (est.)" if estimate else "")
+
+
+def _target_cell(c: dict) -> str | None:
+    """Median seconds to the target accuracy with how many runs reached it, or why not."""
+    target = c.get("seconds_to_target")
+    if target:
+        return f"{target['median']:.1f} ({c.get('target_reached')})"
+    if not c["runs"]:
+        return None
+    return "n/m" if not c.get("eval_every") else f"not reached ({c.get('target_reached')})"
+
+
 def rows(doc: dict) -> list[tuple]:
     """One row per case of a bench.json document (pure)."""
     out = []
     for c in doc["cases"]:
         rate, step, acc = c["examples_per_sec"], c["step_time"], c["test_accuracy"]
         note = c["skipped"] and f"skipped: {c['skipped']}" or c["error"] and "FAILED: " + c["error"]
+        foreign = c.get("foreign_cpu")
         out.append(
             (
                 c["name"],
@@ -39,6 +64,9 @@ def rows(doc: dict) -> list[tuple]:
                 _fmt(c["speedup"], ".2f"),
                 _fmt(c["efficiency"], ".0%"),
                 _fmt(c["vs_single"], ".2f"),
+                _comm_cell(c),
+                _target_cell(c),
+                _fmt(foreign and foreign["median"], ".0%"),
                 _fmt(acc and acc["median"], ".3f"),
                 note or None,
             )
@@ -48,10 +76,31 @@ def rows(doc: dict) -> list[tuple]:
 
 def _caption(doc: dict) -> str:
     m = doc["machine"]
+    load = m.get("load_start")
     return (
         f"bench {doc['bench_id']}: {len(m['cores'])} cores, {m['cores_per_worker']} per worker, "
         f"{doc['wall_seconds']:.0f} s"
+        + (f", load {load[0]:.1f} at start" if load else "")
+        + (f", target accuracy {doc['target_accuracy']}" if doc.get("target_accuracy") else "")
     )
+
+
+def notes(doc: dict) -> list[str]:
+    """The ways the communication share was found, and why cases missed the target (pure)."""
+    out = {}
+    for c in doc["cases"]:
+        how = (c.get("comm") or {}).get("how")
+        if how and c["runs"]:
+            out.setdefault(f"comm share: {how}", None)
+    for c in doc["cases"]:
+        if c.get("target_note") and c["runs"]:
+            out.setdefault(f"{c['name']}: target accuracy {c['target_note']}", None)
+    out.setdefault(
+        "others' CPU: share of the case's cores used by other processes during its runs "
+        "(median); the cases are only comparable where it is near 0",
+        None,
+    )
+    return list(out)
 
 
 def overhead_line(doc: dict) -> str:
@@ -61,7 +110,8 @@ def overhead_line(doc: dict) -> str:
         ratios = ", ".join(f"{r:.3f}" for r in o["ratios"])
         return (
             f"kit overhead: examples/s through ddlkit (live metrics) / by hand = "
-            f"{o['ratio_median']:.3f} median of {len(o['ratios'])} pair(s) ({ratios}); goal >= 0.97"
+            f"{o['ratio_median']:.3f} median of {len(o['ratios'])} alternating pair(s) "
+            f"({ratios}; range {min(o['ratios']):.3f}-{max(o['ratios']):.3f}); goal >= 0.97"
         )
     if doc.get("overhead_error"):
         return f"kit overhead: FAILED: {doc['overhead_error']}"
@@ -70,11 +120,13 @@ def overhead_line(doc: dict) -> str:
 
 def html_report(doc: dict) -> str:
     table = html_table(HEADERS, rows(doc), _caption(doc))
-    return f"{table}<p>{html.escape(overhead_line(doc))}</p>"
+    lines = [overhead_line(doc), *notes(doc)]
+    return table + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
 
 
 def text_report(doc: dict) -> str:
-    return text_table(HEADERS, rows(doc), _caption(doc), rule=True) + "\n" + overhead_line(doc)
+    lines = [overhead_line(doc), *notes(doc)]
+    return text_table(HEADERS, rows(doc), _caption(doc), rule=True) + "\n" + "\n".join(lines)
 
 
 def save_plot(doc: dict, path: str | Path) -> Path:

@@ -9,7 +9,42 @@ case) and the launcher pins each worker to its own of them with matching thread 
 processes the launcher does not pin (the mirrored and single-device process, PS chief
 and ps tasks) inherit that core set. horovodrun starts its ranks itself, so it gets
 one core list per local rank in ``DDLKIT_RANK_CPUS`` and each rank pins itself in
-``ddlkit.horovod.init()`` (:mod:`ddlkit.horovod.pinning`).
+``ddlkit.horovod.init()`` (:mod:`ddlkit.horovod.pinning`). What the machine's other
+processes took from those cores during each run is measured (:mod:`ddlkit.bench.cpu`),
+not assumed away.
+
+bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absent)::
+
+    schema: 2, benchmark: "strategies", bench_id: str, created: float (unix time),
+    created_utc: str (ISO 8601), quick: bool, wall_seconds: float,
+    command: str (how the benchmark was started), target_accuracy: float,
+    machine: {cores: [int], cores_per_worker: int, cpu_model: str, python: str,
+              tensorflow: str | None, horovod: str | None,
+              load_start: [1, 5, 15 min load averages], load_end: [...]},
+    cases: [ {
+        name: "multi_worker-x2", strategy: str, workers: int, steps: int,
+        batch: int (per replica), repeats: int, model: str (data set of the CNN),
+        eval_every: int (0: no held-out evals), eval_examples: int,
+        skipped: str | None (why the case did not run), error: str | None,
+        runs: [ {run_id, examples_per_sec, step_time (s), test_accuracy, wall_seconds,
+                 seconds_to_target | None, best_eval_accuracy | None, evals: int,
+                 foreign_cpu | None (0..1 share of the case's cores used by other
+                 processes), comm_ms_per_step | None} ],
+        examples_per_sec, step_time, test_accuracy, foreign_cpu:
+            {median, min, max, n} | None   (over the runs),
+        seconds_to_target: {median, min, max, n} | None  (over the runs that reached it),
+        target_reached: "k/n" runs, target_note: str | None (e.g. "not reached in 60
+            steps (best 0.93)"),
+        speedup: float | None (throughput / the same strategy's x1),
+        efficiency: float | None (speedup / workers),
+        vs_single: float | None (throughput / single-x1's),
+        comm: {share: float | None (0..1 of a step), ms_per_step: float | None,
+               how: str (measured how, estimated how, or why not measured)},
+    } ],
+    overhead: {by_hand: [examples/s], kit: [...], ratios: [...], ratio_median: float,
+               ratio_min: float, ratio_max: float, order: ["hand-first" | "kit-first"],
+               workers: int, steps: int} | None,
+    overhead_error: str | None
 """
 
 from __future__ import annotations
@@ -21,12 +56,23 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ddlkit import settings
 from ddlkit.bench.config import BenchCase
+from ddlkit.bench.cpu import CpuWatch
 from ddlkit.bench.overhead import Overhead, measure_overhead
-from ddlkit.bench.stats import RunMeasure, Scaling, Spread, measure, scaling, summarize
+from ddlkit.bench.stats import (
+    RunMeasure,
+    Scaling,
+    Spread,
+    communication,
+    measure,
+    scaling,
+    summarize,
+    warmup_steps,
+)
 from ddlkit.errors import DdlkitError, JobTimeoutError
 from ddlkit.horovod import pinning
 from ddlkit.launch import devices, plan, spec
@@ -34,7 +80,7 @@ from ddlkit.launch.runs import new_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_DIR = ROOT / "launch"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -52,7 +98,9 @@ class CaseResult:
     def spread(self, attr: str) -> Spread | None:
         return summarize([getattr(r, attr) for r in self.runs]) if self.runs else None
 
-    def to_dict(self, scale: Scaling | None, single: float | None = None) -> dict:
+    def to_dict(
+        self, scale: Scaling | None, single: float | None = None, single_step: float | None = None
+    ) -> dict:
         c = self.case
         out = {
             "name": c.name,
@@ -62,6 +110,8 @@ class CaseResult:
             "batch": c.batch,
             "repeats": c.repeats,
             "model": c.model,
+            "eval_every": c.eval_every,
+            "eval_examples": c.eval_examples,
             "skipped": c.skip or None,
             "error": self.error or None,
             "runs": [vars(r) for r in self.runs],
@@ -69,12 +119,36 @@ class CaseResult:
         for attr in ("examples_per_sec", "step_time", "test_accuracy"):
             s = self.spread(attr)
             out[attr] = s.to_dict() if s else None
+        foreign = [r.foreign_cpu for r in self.runs if r.foreign_cpu is not None]
+        out["foreign_cpu"] = summarize(foreign).to_dict() if foreign else None
+        out.update(self._target())
+        step = out["step_time"] and out["step_time"]["median"]
+        comm = [r.comm_ms_per_step for r in self.runs if r.comm_ms_per_step is not None]
+        comm_ms = summarize(comm).median if comm else None
+        out["comm"] = communication(c.strategy, step, comm_ms, single_step).to_dict()
         out["speedup"] = scale.speedup if scale else None
         out["efficiency"] = scale.efficiency if scale else None
         # against one device without a strategy: what distribution buys overall
         rate = out["examples_per_sec"]
         out["vs_single"] = rate["median"] / single if rate and single else None
         return out
+
+    def _target(self) -> dict:
+        reached = [r.seconds_to_target for r in self.runs if r.seconds_to_target is not None]
+        note = None
+        if not self.case.eval_every:
+            note = "not measured: no held-out evaluations (eval_every 0)"
+        elif self.runs and len(reached) < len(self.runs):
+            best = max((r.best_eval_accuracy or 0.0) for r in self.runs)
+            note = (
+                f"not reached in {self.case.steps} steps by {len(self.runs) - len(reached)} "
+                f"of {len(self.runs)} runs (best held-out accuracy {best:.3f})"
+            )
+        return {
+            "seconds_to_target": summarize(reached).to_dict() if reached else None,
+            "target_reached": f"{len(reached)}/{len(self.runs)}",
+            "target_note": note,
+        }
 
 
 @dataclass
@@ -89,6 +163,9 @@ class BenchResult:
     overhead_error: str = ""
     started: float = field(default_factory=time.time)
     wall_seconds: float = 0.0
+    target: float = 0.95
+    command: str = ""
+    machine: dict = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -110,16 +187,22 @@ class BenchResult:
         scale = self.scaling()
         base = [r for r in self.cases if r.case.strategy == "single" and r.ok]
         single = base[0].spread("examples_per_sec").median if base else None
+        single_step = base[0].spread("step_time").median if base else None
+        machine = {"cores": list(self.cores), "cores_per_worker": self.cores_per_worker}
         return {
             "schema": SCHEMA_VERSION,
             "benchmark": "strategies",
             "bench_id": self.bench_id,
             "created": self.started,
+            "created_utc": datetime.fromtimestamp(self.started, UTC).isoformat(),
             "quick": self.quick,
             "wall_seconds": self.wall_seconds,
-            "machine": {"cores": list(self.cores), "cores_per_worker": self.cores_per_worker},
+            "command": self.command,
+            "target_accuracy": self.target,
+            "machine": {**machine, **self.machine},
             "cases": [
-                r.to_dict(scale.get((r.case.strategy, r.case.workers)), single) for r in self.cases
+                r.to_dict(scale.get((r.case.strategy, r.case.workers)), single, single_step)
+                for r in self.cases
             ],
             "overhead": self.overhead.to_dict() if self.overhead else None,
             "overhead_error": self.overhead_error or None,
@@ -137,6 +220,30 @@ class BenchResult:
         from ddlkit.bench.report import html_report
 
         return html_report(self.to_dict())
+
+
+def machine_info() -> dict:
+    """What ran the benchmark: CPU model, versions, load averages now (for bench.json)."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    model = ""
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next((ln.split(":", 1)[1].strip() for ln in lines if "model name" in ln), "")
+    return {
+        "cpu_model": model or platform.processor(),
+        "python": platform.python_version(),
+        "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
+        "horovod": version("horovod"),
+        "load_start": list(os.getloadavg()),
+    }
 
 
 def cores_per_worker(cases: Sequence[BenchCase], cores: int) -> int:
@@ -183,13 +290,22 @@ def run_case_once(
     runs_dir: Path,
     launch_dir: Path = LAUNCH_DIR,
     timeout: float = 900,
+    target: float | None = None,
+    timeline: Path | None = None,
 ) -> RunMeasure:
-    """One run of `case` on `cpus`: start it, wait, measure it from its step records."""
+    """One run of `case` on `cpus`: start it, wait, measure it from its step records.
+
+    Horovod cases write rank 0's timeline to `timeline` (if given): their communication.
+    """
     from ddlkit.launch.run import start
 
     env = {}
     if case.strategy == "horovod":  # horovodrun starts the ranks: each pins itself in init()
         env = {**spec.thread_env(threads), **pinning.rank_cpus_env(cpus, case.workers)}
+        if timeline is not None:
+            timeline.parent.mkdir(parents=True, exist_ok=True)
+            env["HOROVOD_TIMELINE"] = str(timeline)
+    watch = CpuWatch.start(cpus)
     t0 = time.perf_counter()
     with _limited(cpus, env):
         run = start(
@@ -212,11 +328,31 @@ def run_case_once(
         if not run.job.done:
             run.stop()
     wall = time.perf_counter() - t0
+    foreign = watch.foreign_share()
+    comm = None
+    if timeline is not None and case.strategy == "horovod":
+        from ddlkit.horovod.timeline import load_timeline
+
+        spans = load_timeline(timeline)
+        ms, counted = spans.per_step("ALLREDUCE", skip=warmup_steps(case.steps))
+        if counted:
+            comm = ms
+        elif case.workers == 1:
+            comm = 0.0  # one rank: no gradient allreduce in the timeline after the warm-up
     reports = run.results()
     if not reports:
         raise DdlkitError(f"{case.name}: run {run.run_id} finished without a worker result")
     report = reports[sorted(reports)[0]]  # chief, main, rank-0 or worker-0
-    return measure(run.records(), report, run_id=run.run_id, steps=case.steps, wall_seconds=wall)
+    return measure(
+        run.records(),
+        report,
+        run_id=run.run_id,
+        steps=case.steps,
+        wall_seconds=wall,
+        target=target,
+        foreign_cpu=foreign,
+        comm_ms_per_step=comm,
+    )
 
 
 def run_bench(
@@ -227,6 +363,8 @@ def run_bench(
     quick: bool = False,
     overhead_pairs: int = 0,
     timeout: float = 900,
+    target: float = 0.95,
+    command: str = "",
     progress: Callable[[str], None] | None = print,
 ) -> BenchResult:
     """Run every case (repeats interleaved: round r runs each case once), write the results.
@@ -234,7 +372,10 @@ def run_bench(
     A failing run is recorded as that case's error and the benchmark goes on;
     skipped cases are recorded with their reason. ``overhead_pairs`` > 0 then measures
     the kit's overhead (:mod:`ddlkit.bench.overhead`) with as many steps as the cases.
+    ``target``: the held-out accuracy whose time is measured (cases with eval_every > 0).
     """
+    if not 0 < target <= 1:
+        raise DdlkitError(f"target accuracy {target}: must be in (0, 1]. Fix: e.g. 0.95.")
     if not cases:
         raise DdlkitError("no benchmark cases to run. Fix: choose at least one strategy.")
     if any(c.strategy == "horovod" and not c.skip for c in cases):
@@ -247,6 +388,8 @@ def run_bench(
     bench_dir = Path(runs_dir or settings.runs_dir()) / bench_id
     result = BenchResult(bench_id, bench_dir, [CaseResult(c) for c in cases], cores, per_worker)
     result.quick = quick
+    result.target, result.command = target, command
+    result.machine = machine_info()
     t0 = time.perf_counter()
     result.write()
     for c in result.cases:
@@ -266,15 +409,21 @@ def run_bench(
                     runs_dir=bench_dir / "runs",
                     launch_dir=launch_dir,
                     timeout=timeout,
+                    target=target,
+                    timeline=bench_dir / "timelines" / f"{c.case.name}-{r + 1}.json",
                 )
             except DdlkitError as exc:
                 c.error = str(exc)
                 say(f"{c.case.name}: FAILED: {exc}")
             else:
                 c.runs.append(m)
+                to_target = m.seconds_to_target
                 say(
                     f"{c.case.name} [{r + 1}/{c.case.repeats}] on cores {list(cpus)}: "
-                    f"{m.examples_per_sec:.0f} examples/s, {m.step_time * 1000:.1f} ms/step "
+                    f"{m.examples_per_sec:.0f} examples/s, {m.step_time * 1000:.1f} ms/step, "
+                    f"{target:.2f} acc in "
+                    f"{'-' if to_target is None else f'{to_target:.1f} s'}, others used "
+                    f"{'?' if m.foreign_cpu is None else f'{m.foreign_cpu:.0%}'} of the cores "
                     f"({m.wall_seconds:.0f} s)"
                 )
             result.wall_seconds = time.perf_counter() - t0
@@ -298,6 +447,7 @@ def run_bench(
             o = result.overhead
             say(f"kit overhead: ratio {o.ratio:.3f} (kit {o.kit}, by hand {o.by_hand})")
     result.wall_seconds = time.perf_counter() - t0
+    result.machine["load_end"] = list(os.getloadavg())
     result.write()
     from ddlkit.bench.report import save_plot
 

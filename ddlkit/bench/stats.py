@@ -1,6 +1,8 @@
 """The numbers of a strategy benchmark, from metric records and reports (pure).
 
-- :func:`measure`: one run's steady-state throughput and step time, after a warm-up.
+- :func:`measure`: one run's steady-state throughput and step time, after a warm-up,
+  leaving out the steps that waited for a held-out evaluation; and the training seconds
+  until the held-out accuracy first reached a target (:func:`time_to_target`).
 - :func:`summarize`: repeats of a case to median and spread (min, max).
 - :func:`scaling`: speed-up and scaling efficiency of each case against the same
   strategy with one worker.
@@ -9,7 +11,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from ddlkit.errors import DdlkitError
@@ -42,13 +44,26 @@ def summarize(values: Sequence[float]) -> Spread:
 
 @dataclass(frozen=True)
 class RunMeasure:
-    """One finished run of a case."""
+    """One finished run of a case.
+
+    ``seconds_to_target``: training seconds (evaluations left out) until the held-out
+    accuracy first reached the target, None when it did not (or nothing evaluated);
+    ``best_eval_accuracy``: the best held-out accuracy seen; ``foreign_cpu``: the share of
+    the run's cores other processes used while it ran (:mod:`ddlkit.bench.cpu`);
+    ``comm_ms_per_step``: measured communication per step where the strategy shows it
+    (Horovod's timeline), else None.
+    """
 
     run_id: str
     examples_per_sec: float
     step_time: float
     test_accuracy: float
     wall_seconds: float
+    seconds_to_target: float | None = None
+    best_eval_accuracy: float | None = None
+    evals: int = 0
+    foreign_cpu: float | None = None
+    comm_ms_per_step: float | None = None
 
 
 def warmup_steps(steps: int) -> int:
@@ -56,9 +71,33 @@ def warmup_steps(steps: int) -> int:
     return min(10, steps // 5)
 
 
-def steady(records: Iterable, warmup: int) -> list:
-    """The step records after `warmup` steps (a record covering steps up to N has step N)."""
-    return [r for r in records if r.kind == "step" and r.step > warmup]
+def steady(records: Iterable, warmup: int, leave_out: Collection[int] = ()) -> list:
+    """The step records after `warmup` steps (a record covering steps up to N has step N),
+    without the steps in `leave_out` (see :func:`eval_waits`)."""
+    return [r for r in records if r.kind == "step" and r.step > warmup and r.step not in leave_out]
+
+
+def evals(records: Iterable) -> list[Mapping]:
+    """The ``eval`` events' details (step, train_seconds, accuracy, ...), in step order."""
+    found = [r.info for r in records if r.kind == "event" and r.name == "eval"]
+    return sorted(found, key=lambda e: (e.get("step", 0), e.get("train_seconds", 0)))
+
+
+def eval_waits(records: Iterable) -> set[int]:
+    """Steps whose time includes a held-out evaluation: the one after each eval (pure).
+
+    An evaluation runs after step N's record, so step N+1's time holds it (and on the
+    other workers, which wait for the evaluating one at the next all-reduce).
+    """
+    return {int(e["step"]) + 1 for e in evals(records) if "step" in e}
+
+
+def time_to_target(events: Sequence[Mapping], target: float) -> float | None:
+    """Training seconds at the first evaluation with accuracy >= `target` (pure)."""
+    for e in events:
+        if float(e.get("accuracy", -1)) >= target:
+            return float(e["train_seconds"])
+    return None
 
 
 def step_time(records: Iterable) -> float:
@@ -73,21 +112,36 @@ def step_time(records: Iterable) -> float:
 
 
 def measure(
-    records: Sequence, report: Mapping, *, run_id: str, steps: int, wall_seconds: float
+    records: Sequence,
+    report: Mapping,
+    *,
+    run_id: str,
+    steps: int,
+    wall_seconds: float,
+    target: float | None = None,
+    foreign_cpu: float | None = None,
+    comm_ms_per_step: float | None = None,
 ) -> RunMeasure:
-    """A run's steady-state throughput (all workers' examples/s added up) and step time."""
-    kept = steady(records, warmup_steps(steps))
+    """A run's steady-state throughput (all workers' examples/s added up) and step time,
+    without the steps that waited for an evaluation; the time to `target` accuracy."""
+    kept = steady(records, warmup_steps(steps), eval_waits(records))
     if not kept:
         raise DdlkitError(
             f"run {run_id} sent no step records after the first {warmup_steps(steps)} steps. "
             f"Fix: run more steps (--steps), and check the run's logs."
         )
+    found = evals(records)
     return RunMeasure(
         run_id=run_id,
         examples_per_sec=throughput(kept, skip=0),
         step_time=step_time(kept),
         test_accuracy=float(report["test_accuracy"]),
         wall_seconds=wall_seconds,
+        seconds_to_target=time_to_target(found, target) if target is not None else None,
+        best_eval_accuracy=max((float(e["accuracy"]) for e in found), default=None),
+        evals=len(found),
+        foreign_cpu=foreign_cpu,
+        comm_ms_per_step=comm_ms_per_step,
     )
 
 
@@ -110,3 +164,52 @@ def scaling(throughputs: Mapping[tuple[str, int], float]) -> dict[tuple[str, int
         speedup = rate / base
         out[(strategy, workers)] = Scaling(speedup, speedup / workers)
     return out
+
+
+HOROVOD_COMM = "measured: Horovod timeline, allreduce wall time per step (rank 0) / step time"
+ESTIMATED_COMM = (
+    "estimate: (step time - single-x1 step time) / step time; single-x1 is the same "
+    "per-replica batch on one core with no strategy, so this is everything the strategy "
+    "adds to a step: communication, waiting for peers, its own per-step work"
+)
+PS_COMM = (
+    "not measured: ParameterServerStrategy pulls and pushes variables inside each step's "
+    "remote function; the coordinator sees whole steps only"
+)
+NO_COMM = "one device, no strategy: nothing to communicate"
+
+
+@dataclass(frozen=True)
+class Communication:
+    """The share of a step spent communicating, or why there is none (``how``)."""
+
+    share: float | None
+    ms_per_step: float | None
+    how: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def communication(
+    strategy: str,
+    step_time: float | None,
+    comm_ms_per_step: float | None,
+    single_step_time: float | None,
+) -> Communication:
+    """Communication share of a case's step (pure): measured for Horovod (its timeline),
+    estimated for the all-reduce strategies against single-x1, not measured for PS."""
+    if strategy == "single":
+        return Communication(None, None, NO_COMM)
+    if strategy == "parameter_server":
+        return Communication(None, None, PS_COMM)
+    if step_time is None or step_time <= 0:
+        return Communication(None, None, "not measured: the case has no step time")
+    if strategy == "horovod":
+        if comm_ms_per_step is None:
+            return Communication(None, None, "not measured: no Horovod timeline was read")
+        return Communication(comm_ms_per_step / 1000 / step_time, comm_ms_per_step, HOROVOD_COMM)
+    if single_step_time is None:
+        return Communication(None, None, "not estimated: single-x1 was not measured")
+    extra = max(0.0, step_time - single_step_time)
+    return Communication(extra / step_time, extra * 1000, ESTIMATED_COMM)

@@ -64,6 +64,24 @@ class Timeline:
             out[s.name][1] += s.duration / 1e3
         return {k: (int(v[0]), v[1]) for k, v in out.items()}
 
+    def per_step(self, name: str = "ALLREDUCE", skip: int = 0) -> tuple[float, int]:
+        """Wall milliseconds per training step during which some tensor was in `name`.
+
+        A tensor's i-th `name` span belongs to step i + 1 (each gradient is reduced once
+        a step); spans of the first `skip` steps (warm-up) are left out, and overlapping
+        spans of different tensors (fused or concurrent) count once. Returns
+        ``(ms per step, steps counted)``; ``(0.0, 0)`` when there is nothing after `skip`.
+        """
+        by_tensor: dict[str, list[Span]] = defaultdict(list)
+        for s in self.spans:
+            if s.name == name:
+                by_tensor[s.tensor].append(s)
+        kept = [s for v in by_tensor.values() for s in sorted(v, key=lambda x: x.start)[skip:]]
+        steps = max((len(v) for v in by_tensor.values()), default=0) - skip
+        if steps <= 0 or not kept:
+            return 0.0, 0
+        return _union_us(kept) / 1e3 / steps, steps
+
     def summary(self):
         """A table of :meth:`totals` (for a notebook)."""
         rows = [(name, n, f"{ms:.1f}") for name, (n, ms) in self.totals().items()]
@@ -112,6 +130,20 @@ class Timeline:
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
         ax.legend(handles, list(colours), fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
         return ax
+
+
+def _union_us(spans: list[Span]) -> float:
+    """Microseconds covered by at least one of `spans` (pure)."""
+    total, end = 0.0, None
+    start = 0.0
+    for s in sorted(spans, key=lambda x: x.start):
+        if end is None or s.start > end:
+            if end is not None:
+                total += end - start
+            start, end = s.start, s.end
+        else:
+            end = max(end, s.end)
+    return total + (end - start if end is not None else 0.0)
 
 
 class _Html:
