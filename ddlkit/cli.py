@@ -86,7 +86,6 @@ def _runs_dir(arg: Path | None) -> Path:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from ddlkit.cluster import format_hosts, parse_hostfile
     from ddlkit.hosts import SshOptions
     from ddlkit.launch import plan
     from ddlkit.launch import run as run_mod
@@ -94,9 +93,6 @@ def cmd_launch(args: argparse.Namespace) -> int:
     script_args = list(args.script_args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
-    hosts = args.hosts
-    if args.hostfile is not None:
-        hosts = format_hosts(parse_hostfile(args.hostfile))
     ssh = None
     if args.ssh_identity or args.ssh_known_hosts or args.ssh_user or args.ssh_port != 22:
         ssh = SshOptions(
@@ -110,7 +106,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         workers=args.workers,
         args=script_args,
-        hosts=hosts,
+        hosts=args.hosts,
+        hostfile=args.hostfile,
         ps=args.ps,
         label=args.label,
         live=not args.no_live,
@@ -123,6 +120,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         network_interface=args.network_interface,
         python=args.python,
     )
+    if run.preflight is not None:
+        print(run.preflight)
     print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
     try:
         result = _wait_with_progress(run, args.timeout)

@@ -251,3 +251,19 @@ def test_cli_remote_hosts_without_collector_host_exit_2_with_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot send live metrics" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_hostfile_places_tasks_and_goes_to_horovodrun_as_a_host_list(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# two nodes\n10.0.0.7 slots=1\n10.0.0.8\n")
+    cfg, job = _remote_plan("multi_worker", None, hostfile=hostfile)
+    assert [w.host for w in job.workers] == ["10.0.0.7", "10.0.0.8"]
+    assert dict(cfg.rows())["hostfile"] == str(hostfile)
+    _, job = _remote_plan("horovod", None, hostfile=hostfile)
+    argv = list(job.workers[0].argv)
+    # parsed here: horovodrun's own -hostfile reader fails on comments and bare host names
+    assert argv[argv.index("-H") + 1] == "10.0.0.7:1,10.0.0.8:1" and "-hostfile" not in argv
+    with pytest.raises(ConfigError, match="both given"):
+        p.LaunchConfig(script=SCRIPT, hosts="10.0.0.7:2", hostfile=hostfile)
+    with pytest.raises(ConfigError, match="does not exist"):
+        p.LaunchConfig(script=SCRIPT, hostfile=tmp_path / "none")

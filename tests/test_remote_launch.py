@@ -7,6 +7,7 @@ iproute2 and openssh-server/-client; skipped with the reason otherwise.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import subprocess
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "launch" / "train_multi_worker.py"
 HOROVOD = ROOT / "launch" / "train_horovod.py"
 PS = ROOT / "launch" / "train_parameter_server.py"
+REPORT = ROOT / "launch" / "report_tf_config.py"
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +153,26 @@ def test_cli_bad_hosts_exit_2_with_one_line(cluster, tmp_path):
 
 
 # -- real jobs across the two hosts ----------------------------------------------------------
+
+
+def test_cli_launch_across_hosts_from_a_hostfile(cluster, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the demo cluster\n" + "".join(f"{a}\n" for a in cluster.addresses))
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "ddlkit.cli", "launch", "-n", "2", "--hostfile", str(hostfile)]
+    argv += ["--ssh-identity", cluster.ssh.identity, "--ssh-known-hosts", cluster.ssh.known_hosts]
+    argv += ["--collector-host", "auto", "--runs-dir", str(runs), str(REPORT)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "preflight" in done.stdout and all(a in done.stdout for a in cluster.addresses)
+    (run_dir,) = runs.iterdir()
+    for index in range(len(cluster.addresses)):
+        log = (run_dir / "logs" / f"worker-{index}.log").read_text()
+        report = json.loads([line for line in log.splitlines() if line.startswith("{")][-1])
+        assert report["cluster"]["worker"] == [f"{a}:29600" for a in cluster.addresses]
+        assert (report["task_type"], report["task_id"]) == ("worker", index)
+        assert report["cwd"] == str(run_dir / "work" / f"worker-{index}")
+    _nothing_left(cluster)
 
 
 def test_collector_auto_is_the_launchers_address_on_the_hosts_network(cluster):

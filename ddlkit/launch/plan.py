@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddlkit import backend
 from ddlkit._tables import html_table
-from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hosts, task_name
+from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hostfile, parse_hosts, task_name
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions
 from ddlkit.launch import devices as dev
@@ -39,7 +39,9 @@ class LaunchConfig:
     (default: OpenSSH's own keys and known hosts, in BatchMode). TensorFlow tasks are put on
     host slots in order (chief, ps, worker), each host's tasks on ports ``base_port``,
     ``base_port + 1``, ...; Horovod gets the hosts as ``horovodrun -H`` and, if given,
-    ``--network-interface``.
+    ``--network-interface``. ``hostfile`` (``host slots=N`` lines, ``#`` comments) is parsed
+    here and passed on as ``-H`` too: horovodrun's own ``-hostfile`` reader fails on
+    comments, blank lines and lines without ``slots=``.
     """
 
     script: Path
@@ -55,6 +57,7 @@ class LaunchConfig:
     ssh: SshOptions | None = None
     base_port: int = BASE_PORT
     network_interface: str | None = None
+    hostfile: Path | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -79,6 +82,15 @@ class LaunchConfig:
                 f"Fix: pass e.g. ['--epochs', '2']."
             )
         object.__setattr__(self, "args", tuple(str(a) for a in self.args))
+        if self.hostfile is not None:
+            if self.hosts is not None:
+                raise ConfigError(
+                    "hosts and hostfile were both given. Fix: pass one of them "
+                    "(-H h1:1,h2:1 or --hostfile FILE)."
+                )
+            hostfile = Path(self.hostfile).expanduser().resolve()
+            object.__setattr__(self, "hostfile", hostfile)
+            object.__setattr__(self, "hosts", parse_hostfile(hostfile))
         hosts = parse_hosts(self.hosts) if isinstance(self.hosts, str) else self.hosts
         if hosts is not None:
             hosts = tuple(hosts)
@@ -146,6 +158,7 @@ class LaunchConfig:
             ("script", str(self.script)),
             ("args", " ".join(self.args) or "(none)"),
             ("hosts", format_hosts(self.hosts) if self.hosts else "localhost"),
+            *([("hostfile", str(self.hostfile))] if self.hostfile else []),
             ("Keras", self.keras),
         ]
         if self.strategy == "parameter_server":

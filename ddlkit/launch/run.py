@@ -180,6 +180,7 @@ def start(
     network_interface: str | None = None,
     preflight_timeout: float | None = None,
     python: str | None = None,
+    hostfile: str | Path | None = None,
 ) -> Run:
     """Start `script` under `strategy` with `workers` workers; returns at once.
 
@@ -191,7 +192,8 @@ def start(
     fix. Live metrics from other hosts need ``collector_host``: ``"auto"`` (this machine's
     address on the hosts' network) or an address they reach; a token is then made with
     ``secrets`` unless ``token`` is given. ``python``: the kit's Python (default: this
-    one's path, which every host must have too).
+    one's path, which every host must have too). ``hostfile``: a file of ``host slots=N``
+    lines instead of ``hosts``.
     """
     config = plan.LaunchConfig(
         script=Path(script),
@@ -205,6 +207,7 @@ def start(
         ssh=ssh,
         base_port=base_port,
         network_interface=network_interface,
+        hostfile=None if hostfile is None else Path(hostfile),
         **({"python": python} if python is not None else {}),
     )
     bind, advertise = _collector_address(config, collector_host) if live else (None, None)
