@@ -859,3 +859,61 @@ def test_real_two_node_slurm_trains_one_worker_per_node(data_env, tmp_path):
     assert sorted(results) == ["worker-0", "worker-1"], output[-3000:]
     assert all(r["replicas"] == 2 and r["steps"] == 5 for r in results.values()), results
     assert results["worker-0"]["test_accuracy"] == results["worker-1"]["test_accuracy"]
+
+
+@pytest.mark.slow
+def test_real_two_node_slurm_horovod_template_reaches_the_second_node_over_ssh(data_env, tmp_path):
+    """horovodrun in the batch step on n1 starts rank 1 on n2 through sshd there."""
+    _skip_unless_slurm_can_run()
+    from ddlkit.hosts import netns, sshd
+    from ddlkit.hosts.ssh import write_ssh_shim
+
+    why = netns.unavailable(try_it=True) or sshd.unavailable()
+    if why:
+        pytest.skip(why)
+    horovodrun = plan.find_horovodrun(sys.executable)
+    if horovodrun is None:
+        pytest.skip("no horovodrun in this venv. Fix: scripts/build-horovod.sh .venv/bin/python")
+    cpus = _this_node().cpus
+    args = ["--steps-per-epoch", "5", "--epochs", "1", "--batch-size", "32"]
+    with (
+        netns.namespaced_hosts(2) as hosts,
+        sshd.running_sshd(hosts, tmp_path / "sshd") as ssh_cluster,
+    ):
+        names = ("n1", "n2")
+        known = "".join(f"{h.address} {name}\n" for h, name in zip(hosts, names, strict=True))
+        host_key = (tmp_path / "sshd" / "host_ed25519.pub").read_text().split()[:2]
+        with open(ssh_cluster.options.known_hosts, "a") as fh:  # ssh to n1/n2 by name
+            fh.writelines(f"{name} {' '.join(host_key)}\n" for name in names)
+        nodes = []
+        for h, name in zip(hosts, names, strict=True):
+            hosts_file = netns.NETNS_ETC / h.name / "hosts"
+            hosts_file.write_text(hosts_file.read_text() + known)
+            nodes.append(Node(name, h.address, cpus, _netns_prefix(h.name, hosts_file)))
+        shim = tmp_path / "shim"
+        shim.mkdir()
+        write_ssh_shim(shim, ssh_cluster.options)  # horovodrun's ssh: our key, BatchMode
+        env = {
+            **_job_env(tmp_path),
+            "DDLKIT_HOROVODRUN": horovodrun,
+            "DDLKIT_NETWORK_INTERFACE": "eth0",
+            "PATH": f"{shim}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        }
+        with _slurm_cluster(nodes, controller=hosts[0].gateway) as cluster:
+            job, output = cluster.submit(
+                TEMPLATES / "horovod.sbatch", args, tmp_path / "hvd2.out", env,
+                options=("--nodes=2", "--ntasks-per-node=1"),
+            )  # fmt: skip
+        for h, pid in zip(hosts, ssh_cluster.pids, strict=True):  # only sshd is left
+            left = subprocess.run(["ip", "netns", "pids", h.name], capture_output=True, text=True)
+            assert left.stdout.split() in ([str(pid)], []), (h.name, left.stdout)
+    assert "-H n1:1,n2:1;" in output, output[-3000:]
+    logins = [(tmp_path / "sshd" / f"sshd.{h.name}.log").read_text() for h in hosts]
+    assert "Accepted publickey" not in logins[0]  # n1 runs the batch step: rank 0 is local
+    assert "Accepted publickey" in logins[1], logins[1]  # rank 1 went to n2 over ssh
+    run_dir = tmp_path / "runs" / f"slurm-{job}"
+    results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
+    assert sorted(results) == ["rank-0", "rank-1"], output[-3000:]
+    r0, r1 = results["rank-0"], results["rank-1"]
+    assert r0["replicas"] == r1["replicas"] == 2
+    assert r0["weights_checksum"] == r1["weights_checksum"] and r0["loss"] == r1["loss"]
