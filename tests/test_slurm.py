@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -364,6 +365,23 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def _first_job_id() -> int:
+    """A first job id whose workers' default ports are free now, picked at random so that
+    two test sessions on one machine do not give their jobs the same ports."""
+    rng = random.Random()
+    for _ in range(200):
+        job = rng.randrange(1000, 1000 + slurm.PORT_SLOTS)
+        base = slurm.default_port_base(job)
+        try:
+            for port in range(base, base + 8 * slurm.PORTS_PER_JOB):  # the test's 8 jobs
+                with socket.socket() as sock:
+                    sock.bind(("", port))
+        except OSError:
+            continue
+        return job
+    raise AssertionError("no free port range for the test's jobs")
+
+
 def _marked_pids(marker: str) -> list[int]:
     """Live processes whose environment holds ``marker`` (``NAME=value``)."""
     found, needle = [], marker.encode()
@@ -541,6 +559,7 @@ def _write_conf(root: Path, nodes: list[Node], controller: str) -> Path:
     conf.write_text(
         textwrap.dedent(f"""\
         ClusterName=ddlkit-test
+        FirstJobId={_first_job_id()}
         SlurmctldHost={socket.gethostname()}({controller})
         SlurmUser=root
         SlurmdUser=root
