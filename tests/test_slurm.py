@@ -840,7 +840,11 @@ def _netns_prefix(namespace: str, hosts_file: Path) -> tuple[str, ...]:
 
 @pytest.mark.slow
 def test_real_two_node_slurm_trains_one_worker_per_node(data_env, tmp_path):
-    """Two Slurm nodes, each a network namespace with its own address and slurmd."""
+    """Two Slurm nodes, each a network namespace with its own address and slurmd.
+
+    Named n9 and n10: Slurm starts task 0 on n9 (its node order), so the cluster must list
+    n9 first, where TensorFlow's SlurmClusterResolver (string sort) would put n10.
+    """
     _skip_unless_slurm_can_run()
     from ddlkit.hosts import netns
 
@@ -852,7 +856,7 @@ def test_real_two_node_slurm_trains_one_worker_per_node(data_env, tmp_path):
     cpus = _this_node().cpus
     args = ["--steps-per-epoch", "5", "--epochs", "1", "--batch-size", "32"]
     with netns.namespaced_hosts(2) as hosts:
-        names = ("n1", "n2")
+        names = ("n9", "n10")  # Slurm's order; sorted as strings n10 would come first
         known = "".join(f"{h.address} {name}\n" for h, name in zip(hosts, names, strict=True))
         nodes = []
         for h, name in zip(hosts, names, strict=True):
@@ -869,10 +873,10 @@ def test_real_two_node_slurm_trains_one_worker_per_node(data_env, tmp_path):
     configs = {name: json.loads(text) for name, text in shown}
     assert sorted(configs) == ["worker-0", "worker-1"], output[-3000:]
     for name, config in configs.items():
-        assert config["cluster"]["worker"] == [f"n1:{base}", f"n2:{base}"]  # one port, 2 hosts
+        assert config["cluster"]["worker"] == [f"n9:{base}", f"n10:{base}"]  # one port, 2 hosts
         assert config["task"] == {"type": "worker", "index": int(name[-1])}
     # each worker's gRPC server came up on its own node's name
-    assert f"target: grpc://n1:{base}" in output and f"target: grpc://n2:{base}" in output
+    assert f"target: grpc://n9:{base}" in output and f"target: grpc://n10:{base}" in output
     run_dir = tmp_path / "runs" / f"slurm-{job}"
     results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
     assert sorted(results) == ["worker-0", "worker-1"], output[-3000:]
