@@ -34,6 +34,7 @@ _SUBMODULES = {
     "replicas",
     "results",
     "settings",
+    "slurm",
 }
 
 
