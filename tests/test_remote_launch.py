@@ -300,6 +300,23 @@ def test_a_remote_worker_whose_heartbeats_stop_is_ended_on_its_host(cluster, tmp
     _nothing_left(cluster, run)
 
 
+def test_a_failing_remote_worker_is_reported_with_its_log_from_the_host(cluster, tmp_path):
+    failing = tmp_path.parent / f"{tmp_path.name}-fails.py"
+    failing.write_text(
+        "import os, sys\n"
+        "print('on', os.environ['DDLKIT_WORKER'], 'in', os.getcwd(), flush=True)\n"
+        "sys.exit('grpc: Address already in use')\n"
+    )
+    run = _start(cluster, tmp_path, script=failing, workers=1, live=False)
+    with pytest.raises(WorkerFailedError) as err:
+        run.wait(timeout=60)
+    message = str(err.value)
+    assert err.value.exit_code == 1 and "exited with code 1" in message
+    assert f"port was busy on {cluster.addresses[0]}" in message and "--base-port" in message
+    assert f"on worker-0 in {run.run_dir / 'work' / 'worker-0'}" in err.value.log_tail
+    _nothing_left(cluster, run)
+
+
 def _ssh_argv(run) -> list[str]:
     with open(f"/proc/{run.job.pids['worker-0']}/cmdline", "rb") as f:
         return [a.decode() for a in f.read().split(b"\0") if a]

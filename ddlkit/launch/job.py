@@ -350,6 +350,12 @@ class Job:
                 "The log says a port was busy: another process holds it. Fix: launch again "
                 "with free ports (ddlkit.cluster picks them) or end the process holding it"
             )
+            if p.spec.host is not None:
+                fix = (
+                    f"The log says a port was busy on {p.spec.host}: another process took it "
+                    f"after the preflight check. Fix: end the process holding it there, or "
+                    f"launch with another base_port (--base-port)"
+                )
         message = (
             f"worker {p.spec.name!r} (pid {p.pid}) {how}{stopped}. Log: {log}\n"
             f"{fix}, and launch again.\n"
