@@ -237,7 +237,13 @@ def test_table_and_about_show_every_case_and_the_metadata(tmp_path):
     rows = dict(res.about().rows)
     assert rows["date"] == "2026-11-21 09:05 UTC"
     assert rows["size"] == "quick: 60 steps, 2 repeats"
-    assert rows["kit overhead"].startswith("0.980")
+    assert rows["kit overhead"] == (
+        "0.980: examples/s through the kit / by hand, median of 1 pair(s) (0.980)"
+    )
+    no_overhead = parse(document(overhead=None, overhead_error="by-hand worker-1 failed"))
+    assert dict(no_overhead.about().rows)["kit overhead"] == (
+        "not measured: by-hand worker-1 failed"
+    )
     assert "ddlkit bench --quick" in res.about()._repr_html_()
     assert "multi_worker-x2" in str(res)
 

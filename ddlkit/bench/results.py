@@ -151,8 +151,9 @@ class BenchResults:
     cores_per_worker: int
     cases: tuple[CaseSummary, ...]
     target_accuracy: float | None = None
-    overhead_ratio: float | None = None  # examples/s through the kit / by hand
-    overhead_note: str = ""
+    overhead_ratio: float | None = None  # examples/s through the kit / by hand (median)
+    overhead_ratios: tuple[float, ...] = ()  # every pair's ratio
+    overhead_note: str = ""  # why it is missing (it failed), "" when not asked for
     meta: tuple[tuple[str, str], ...] = ()  # what else the file says: command, host, load...
 
     def case(self, name: str) -> CaseSummary:
@@ -234,7 +235,9 @@ class BenchResults:
 
     def about_rows(self) -> list[tuple[str, str]]:
         overhead = (
-            f"{self.overhead_ratio:.3f} (examples/s through the kit / by hand)"
+            f"{self.overhead_ratio:.3f}: examples/s through the kit / by hand, median of "
+            f"{len(self.overhead_ratios)} pair(s) "
+            f"({', '.join(f'{r:.3f}' for r in self.overhead_ratios)})"
             if self.overhead_ratio is not None
             else f"not measured: {self.overhead_note}"
             if self.overhead_note
@@ -518,9 +521,13 @@ def parse(doc: Any, path: str | Path = "bench.json") -> BenchResults:
         raise _invalid(path, f"machine lacks cores or cores_per_worker ({exc!r})") from None
     cases = with_scaling([_case(c, path, i) for i, c in enumerate(doc["cases"])])
     overhead = doc.get("overhead")
-    ratio = None
+    ratio, ratios = None, ()
     if overhead:
-        ratio = float(overhead.get("ratio_median", overhead.get("ratio")))
+        try:
+            ratio = float(overhead["ratio_median"])
+            ratios = tuple(float(r) for r in overhead.get("ratios") or ())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _invalid(path, f"overhead lacks ratio_median or ratios ({exc!r})") from None
     target = doc.get("target_accuracy")
     return BenchResults(
         path=path,
@@ -533,6 +540,7 @@ def parse(doc: Any, path: str | Path = "bench.json") -> BenchResults:
         cases=cases,
         target_accuracy=None if target is None else float(target),
         overhead_ratio=ratio,
+        overhead_ratios=ratios,
         overhead_note=str(doc.get("overhead_error") or ""),
         meta=_meta(doc),
     )
