@@ -98,6 +98,14 @@ def test_horovod_without_horovodrun_says_how_to_get_it():
         p.plan(cfg, None, run_id="r", run_dir=Path("/tmp/x"), horovodrun=None)
 
 
+def test_mirrored_on_another_host_is_one_unpinned_process_there():
+    config = p.LaunchConfig(script=SCRIPT, strategy="mirrored", workers=2, hosts="10.0.0.7:1")
+    job = p.plan(config, None, run_id="r", run_dir=Path("/tmp/r"), cores=(0, 1))
+    (main,) = job.workers
+    assert (main.name, main.host, main.cpus, main.threads) == ("main", "10.0.0.7", None, None)
+    assert main.env[p.REPLICAS_VAR] == "2" and config.processes == 1
+
+
 def test_gpus_are_sliced_and_never_pinned():
     _, job = _plan("multi_worker", workers=2, gpus=("0", "1", "2", "3"))
     assert [w.env["CUDA_VISIBLE_DEVICES"] for w in job.workers] == ["0,1", "2,3"]
@@ -112,7 +120,7 @@ def test_gpus_are_sliced_and_never_pinned():
         ({"script": Path("no/such/train.py")}, "not found"),
         ({"hosts": "localhost:1", "workers": 2}, "give 1 slots"),
         ({"hosts": "h1:x"}, "slots must be"),
-        ({"strategy": "mirrored", "hosts": "10.0.0.7:1"}, "mirrored runs one process"),
+        ({"strategy": "mirrored", "hosts": "10.0.0.7:1,10.0.0.8:1"}, "one process, on one host"),
         ({"hosts": "localhost:1,10.0.0.7:1"}, "mix this machine"),
         ({"hosts": "10.0.0.7:2", "base_port": 80}, "unprivileged ports"),
         ({"hosts": "10.0.0.7:2", "ssh": "-i key"}, "is not SshOptions"),

@@ -213,6 +213,31 @@ def test_two_host_multi_worker_run_streams_records_and_brings_logs_back(cluster,
     _nothing_left(cluster, run)
 
 
+def test_mirrored_runs_as_one_process_on_the_host_it_is_given(cluster, tmp_path):
+    mirrored = ROOT / "launch" / "train_mirrored.py"
+    host = cluster.addresses[1]
+    run = _start(
+        cluster,
+        tmp_path,
+        script=mirrored,
+        strategy="mirrored",
+        workers=2,
+        hosts=f"{host}:1",
+        args=["--steps-per-epoch", "6", "--epochs", "1"],
+    )
+    try:
+        assert [r.host for r in run.preflight.rows] == [host]
+        assert run.job.spec.workers[0].host == host
+        result = run.wait(timeout=300)
+    finally:
+        run.stop()
+    assert result.ok, run.tail("main", 40)
+    assert run.results()["main"]["replicas"] == 2
+    assert len([r for r in run.records("main") if r.kind == "step"]) == 6
+    assert "RESULT {" in (run.run_dir / "logs" / "main.log").read_text()
+    _nothing_left(cluster, run)
+
+
 def test_two_host_parameter_server_run_ends_its_remote_servers(cluster, tmp_path):
     run = _start(
         cluster,

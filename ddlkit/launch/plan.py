@@ -96,11 +96,12 @@ class LaunchConfig:
             hosts = tuple(hosts)
             remote = [h.name for h in hosts if h.name not in LOCAL_NAMES]
             local = [h.name for h in hosts if h.name in LOCAL_NAMES]
-            if remote and self.strategy == "mirrored":
+            if remote and self.strategy == "mirrored" and len(hosts) > 1:
                 raise ConfigError(
-                    f"mirrored runs one process on this machine, but the hosts name "
-                    f"{', '.join(remote)}. Fix: drop the hosts, or use multi_worker (or "
-                    f"horovod) to train across hosts."
+                    f"mirrored runs one process, on one host, but the hosts name "
+                    f"{', '.join(h.name for h in hosts)}. Fix: give one host (e.g. "
+                    f"-H {hosts[0].name}:1), or use multi_worker (or horovod) to train across "
+                    f"hosts."
                 )
             if remote and local:
                 raise ConfigError(
@@ -171,7 +172,7 @@ class LaunchConfig:
             ]
             if self.strategy == "horovod":
                 rows.append(("network interface", self.network_interface or "horovodrun's"))
-            else:
+            elif self.strategy != "mirrored":  # one process, no TF server
                 rows.append(("TF server ports", f"{self.base_port} and up on each host"))
         return rows
 
@@ -281,8 +282,14 @@ def plan(
         )
 
     if config.strategy == "mirrored":
-        devices = dev.Devices(None, len(cores) or None, gpus[: config.workers] or None)
-        workers = [spec("main", {REPLICAS_VAR: str(config.workers)}, devices)]
+        if config.remote:  # one process on that host; TF finds its devices there
+            assert config.hosts is not None
+            devices = dev.Devices(None, None, None)
+            host = config.hosts[0].name
+        else:
+            devices = dev.Devices(None, len(cores) or None, gpus[: config.workers] or None)
+            host = None
+        workers = [spec("main", {REPLICAS_VAR: str(config.workers)}, devices, host=host)]
     elif config.strategy == "horovod":
         if horovodrun is None:
             raise ConfigError(

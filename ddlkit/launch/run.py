@@ -253,6 +253,8 @@ def _used_hosts(config: plan.LaunchConfig, cluster: ClusterSpec | None) -> dict[
     if cluster is not None:
         return plan.remote_ports(cluster)
     assert config.hosts is not None
+    if config.strategy == "mirrored":  # one process, no TF server
+        return {config.hosts[0].name: []}
     return {h.name: [] for h in horovod_slots(config.hosts, config.workers).hosts}
 
 
