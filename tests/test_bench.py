@@ -24,6 +24,7 @@ def test_plan_two_cores_has_one_and_two_workers_per_strategy():
     cases = plan_cases(True, 2, True)
     assert _names(cases) == [
         "single-x1",
+        "independent-x2",
         "mirrored-x1",
         "mirrored-x2",
         "multi_worker-x1",
@@ -33,8 +34,13 @@ def test_plan_two_cores_has_one_and_two_workers_per_strategy():
         "horovod-x1",
         "horovod-x2",
     ]
-    assert {(c.steps, c.repeats) for c in cases} == {(60, 2)}
+    assert {(c.steps, c.repeats) for c in cases} == {(50, 2)}
     assert not any(c.skip for c in cases)
+    assert [c.workers for c in plan_cases(True, 8, True, strategies=("independent",))] == [2, 4, 8]
+    with pytest.raises(ConfigError, match="independent runs have 2 or more workers"):
+        BenchCase("independent", 1, 10)
+    ceiling = BenchCase("independent", 2, 10)
+    assert ceiling.launch_strategy == "multi_worker" and ceiling.script(run.LAUNCH_DIR).is_file()
 
 
 def test_plan_more_cores_adds_worker_counts_and_full_runs_longer():
@@ -80,7 +86,7 @@ def test_case_arguments_fix_the_steps(tmp_path):
     assert evals[-4:] == ["--eval-every", "10", "--eval-examples", str(config.EVAL_EXAMPLES)]
     with pytest.raises(ConfigError, match="eval_every=-1"):
         BenchCase("single", 1, 40, eval_every=-1)
-    assert [c.eval_every for c in plan_cases(True, 2, True)] == [20] * 9
+    assert [c.eval_every for c in plan_cases(True, 2, True)] == [25] * 10
     assert {c.eval_every for c in plan_cases(False, 2, True, eval_every=0)} == {0}
     assert case.launch_strategy == "multi_worker"
     assert BenchCase("single", 1, 5).launch_strategy == "mirrored"
@@ -117,8 +123,12 @@ def test_scaling_is_against_the_same_strategy_with_one_worker():
         ("horovod", 1): 800.0,
         ("horovod", 2): 1200.0,
         ("mirrored", 2): 500.0,  # no x1 to compare with: left out
+        ("single", 1): 1050.0,
+        ("independent", 2): 2037.0,  # against single-x1
     }
     out = stats.scaling(rates)
+    assert out[("independent", 2)].speedup == pytest.approx(1.94)
+    assert stats.communication("independent", 0.03, None, 0.03).how.startswith("independent")
     assert out[("multi_worker", 2)].speedup == pytest.approx(1.9)
     assert out[("multi_worker", 2)].efficiency == pytest.approx(0.95)
     assert out[("horovod", 2)].efficiency == pytest.approx(0.75)

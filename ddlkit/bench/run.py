@@ -22,7 +22,10 @@ bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absen
               tensorflow: str | None, horovod: str | None,
               load_start: [1, 5, 15 min load averages], load_end: [...]},
     cases: [ {
-        name: "multi_worker-x2", strategy: str, workers: int, steps: int,
+        name: "multi_worker-x2", strategy: str (single, independent, mirrored,
+        multi_worker, parameter_server, horovod; independent-xN: N single-device
+        processes that never communicate, the machine's scaling ceiling), workers: int,
+        steps: int,
         batch: int (per replica), repeats: int, model: str (data set of the CNN),
         eval_every: int (0: no held-out evals), eval_examples: int,
         skipped: str | None (why the case did not run), error: str | None,
@@ -35,7 +38,7 @@ bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absen
         seconds_to_target: {median, min, max, n} | None  (over the runs that reached it),
         target_reached: "k/n" runs, target_note: str | None (e.g. "not reached in 60
             steps (best 0.93)"),
-        speedup: float | None (throughput / the same strategy's x1),
+        speedup: float | None (throughput / the same strategy's x1; independent: single-x1),
         efficiency: float | None (speedup / workers),
         vs_single: float | None (throughput / single-x1's),
         comm: {share: float | None (0..1 of a step), ms_per_step: float | None,

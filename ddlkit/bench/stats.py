@@ -145,6 +145,9 @@ def measure(
     )
 
 
+BASE = {"independent": "single"}  # the x1 a strategy's scaling is measured against
+
+
 @dataclass(frozen=True)
 class Scaling:
     speedup: float  # throughput / the same strategy's 1-worker throughput
@@ -152,13 +155,14 @@ class Scaling:
 
 
 def scaling(throughputs: Mapping[tuple[str, int], float]) -> dict[tuple[str, int], Scaling]:
-    """Speed-up and efficiency of every (strategy, workers) against (strategy, 1).
+    """Speed-up and efficiency of every (strategy, workers) against (strategy, 1)
+    (``independent`` against single-x1: it has no x1 of its own).
 
     Cases whose strategy has no 1-worker throughput are left out (nothing to compare).
     """
     out = {}
     for (strategy, workers), rate in throughputs.items():
-        base = throughputs.get((strategy, 1))
+        base = throughputs.get((BASE.get(strategy, strategy), 1))
         if base is None or base <= 0:
             continue
         speedup = rate / base
@@ -177,6 +181,7 @@ PS_COMM = (
     "remote function; the coordinator sees whole steps only"
 )
 NO_COMM = "one device, no strategy: nothing to communicate"
+INDEPENDENT_COMM = "independent processes: nothing to communicate (the scaling ceiling)"
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,8 @@ def communication(
     estimated for the all-reduce strategies against single-x1, not measured for PS."""
     if strategy == "single":
         return Communication(None, None, NO_COMM)
+    if strategy == "independent":
+        return Communication(None, None, INDEPENDENT_COMM)
     if strategy == "parameter_server":
         return Communication(None, None, PS_COMM)
     if step_time is None or step_time <= 0:
