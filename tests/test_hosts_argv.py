@@ -23,7 +23,10 @@ from ddlkit.hosts.ssh import (
     ssh_argv,
     ssh_options_argv,
     ssh_shim_text,
+    stdin_env_line,
 )
+from ddlkit.launch import remote
+from ddlkit.launch.spec import WorkerSpec
 
 
 def test_ssh_argv_is_batch_mode_with_bounded_connect_and_quoted_argv():
@@ -181,11 +184,12 @@ def test_probe_run_here_reports_busy_ports_and_missing_files(tmp_path):
 def test_remote_argv_adds_env_and_cwd_through_env_and_a_watchdog():
     argv = remote_argv(["python", "w.py"], python="/v/py", env={"TF_CONFIG": '{"a": 1}'}, cwd="/r")
     assert argv[:2] == ["env", 'TF_CONFIG={"a": 1}']
-    assert argv[2:4] == ["/v/py", "-c"] and argv[5:] == ["/r", "0", "python", "w.py"]
+    assert argv[2:4] == ["/v/py", "-c"] and argv[5:] == ["/r", "0", "0", "python", "w.py"]
     assert compile(argv[4], "watchdog", "exec")
     assert remote_argv(["x"], python="p")[:2] == ["env", "p"]
-    assert remote_argv(["x"], python="p")[4:] == ["", "0", "x"]  # the login directory
-    assert remote_argv(["x"], python="p", silence=30)[4:] == ["", "30.0", "x"]
+    assert remote_argv(["x"], python="p")[4:] == ["", "0", "0", "x"]  # the login directory
+    assert remote_argv(["x"], python="p", silence=30)[4:] == ["", "30.0", "0", "x"]
+    assert remote_argv(["x"], python="p", stdin_env=True)[4:] == ["", "0", "1", "x"]
     with pytest.raises(ConfigError, match="silence=0"):
         remote_argv(["x"], python="p", silence=0)
     for bad in ("", "1A", "A-B", "A=B", "-u"):
@@ -217,6 +221,38 @@ def test_watchdog_run_here_makes_the_directory_and_ends_the_command_when_stdin_c
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_watchdog_run_here_takes_secrets_from_stdin_not_from_its_argv(tmp_path):
+    code = "import os, time; print(os.environ['DDLKIT_TOKEN'], flush=True); time.sleep(600)"
+    argv = remote_argv([sys.executable, "-c", code], python=sys.executable, stdin_env=True)
+    assert not any("s3cret" in a for a in argv)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(stdin_env_line({"DDLKIT_TOKEN": "s3cret-token"}).decode())
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "s3cret-token\n"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # stdin closing before the line arrives: the command never starts
+    early = subprocess.run(argv, input="", capture_output=True, text=True, timeout=30)
+    assert early.returncode != 0 and "no variables arrived on stdin" in early.stderr
+    assert "s3cret" not in early.stdout
+
+
+def test_a_remote_workers_token_goes_on_stdin_and_never_in_the_ssh_argv(tmp_path):
+    worker = WorkerSpec(
+        name="worker-0", argv=("/v/py", "train.py"), env={}, cwd=tmp_path, log_path=tmp_path / "l",
+        host="10.0.0.7",
+    )  # fmt: skip
+    env = {"TF_CONFIG": "{}", "DDLKIT_TOKEN": "s3cret-token", "DDLKIT_WORKER": "worker-0"}
+    argv = remote.ssh_command(worker, env)
+    assert not any("s3cret" in a for a in argv) and "TF_CONFIG={}" in argv[-1]
+    assert json.loads(remote.stdin_line(env)) == {"DDLKIT_TOKEN": "s3cret-token"}
 
 
 def test_probe_run_here_counts_a_port_in_time_wait_as_free():

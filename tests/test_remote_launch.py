@@ -303,7 +303,7 @@ def test_heartbeats_keep_a_quiet_remote_worker_running_past_the_silence_limit(
     run = _start(cluster, tmp_path, script=quiet, workers=1, live=False)
     try:
         on_host = shlex.split(_ssh_argv(run)[-1])  # the command ssh runs there
-        assert on_host[on_host.index(str(quiet)) - 2] == "4.0"
+        assert on_host[on_host.index(str(quiet)) - 3 :][:2] == ["4.0", "1"]  # silence, stdin env
         result = run.wait(timeout=120)
     finally:
         run.stop()

@@ -8,6 +8,7 @@ parsed by a shell as anything but one word.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -201,20 +202,30 @@ def run_on(
     return done
 
 
-# Runs on the host: makes the working directory (argv[1], '' for none), starts the command
-# (argv[3:]) there in its own process group and ends that group when the SSH session's stdin
+# Runs on the host: makes the working directory (argv[1], '' for none); if argv[3] is "1",
+# reads one JSON line of secret variables from stdin first (they never appear in an argv,
+# where any user of either machine could read them); starts the command (argv[4:]) there
+# with them in its own process group and ends that group when the SSH session's stdin
 # closes (the launcher died, stopped the job, or the link is gone and sshd dropped the
 # session), when nothing arrives on stdin for argv[2] seconds (0: no limit; the launcher's
 # heartbeat stopped: a cut link that sshd does not notice), when it is signalled, or when
 # the command exits.
 WATCHDOG = """\
-import os, select, signal, subprocess, sys, threading
+import json, os, select, signal, subprocess, sys, threading
 cwd = sys.argv[1] or None
 silence = float(sys.argv[2]) or None
+env = dict(os.environ)
+if sys.argv[3] == "1":
+    line = b""
+    while not line.endswith(b"\\n"):
+        if not select.select([0], [], [], silence)[0] or not (byte := os.read(0, 1)):
+            sys.exit("ddlkit watchdog: no variables arrived on stdin")
+        line += byte
+    env.update(json.loads(line))
 if cwd:
     os.makedirs(cwd, exist_ok=True)
 child = subprocess.Popen(
-    sys.argv[3:], cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True
+    sys.argv[4:], cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True
 )
 def end(sig=signal.SIGTERM):
     try:
@@ -250,8 +261,12 @@ def remote_argv(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     silence: float | None = None,
+    stdin_env: bool = False,
 ) -> list[str]:
     """The command to give `ssh_argv`: ``argv`` in ``cwd`` with ``env`` added, under a watchdog.
+
+    With ``stdin_env`` the watchdog first reads one line from stdin, `stdin_env_line`'s
+    JSON of more variables (secrets such as a token: an argv is readable by every user).
 
     ssh forwards no environment, so variables go through ``env NAME=VALUE``; the watchdog
     (run by the host's ``python``) makes ``cwd`` on the host if it is missing, and ends the
@@ -270,4 +285,12 @@ def remote_argv(
     if silence is not None and not silence > 0:
         raise ConfigError(f"ssh: silence={silence!r}; use a number of seconds > 0, or None")
     limit = "0" if silence is None else repr(float(silence))
-    return ["env", *pairs, python, "-c", WATCHDOG, cwd or "", limit, *argv]
+    flag = "1" if stdin_env else "0"
+    return ["env", *pairs, python, "-c", WATCHDOG, cwd or "", limit, flag, *argv]
+
+
+def stdin_env_line(env: dict[str, str]) -> bytes:
+    """The first line to write to a ``stdin_env`` watchdog's stdin: ``env`` as JSON."""
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ConfigError("ssh: variables sent on stdin must be str to str")
+    return json.dumps(env).encode() + b"\n"

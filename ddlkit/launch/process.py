@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ddlkit.errors import ConfigError
-from ddlkit.launch.remote import ssh_command
+from ddlkit.launch.remote import ssh_command, stdin_line
 from ddlkit.launch.spec import JobSpec, WorkerSpec
 
 T = TypeVar("T")
@@ -303,6 +303,8 @@ def _start_one(
             preexec_fn=_child_setup(parent_pid, spec.cpus),
         )
     if popen.stdin is not None:
+        # The secrets first, while the pipe is empty (a short line: the write cannot block).
+        os.write(popen.stdin.fileno(), stdin_line(env))
         os.set_blocking(popen.stdin.fileno(), False)  # a stalled ssh never blocks a heartbeat
     return WorkerProcess(spec, popen, started_at)
 

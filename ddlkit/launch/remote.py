@@ -6,7 +6,9 @@ watchdog of :func:`ddlkit.hosts.ssh.remote_argv`:
 
 - the worker's environment (TF_CONFIG, ``DDLKIT_*``, Keras and thread variables) is set on
   the host with ``env NAME=VALUE``; ssh forwards none of the launcher's environment, so the
-  kit's own settings (`FORWARDED`) are passed on explicitly;
+  kit's own settings (`FORWARDED`) are passed on explicitly. Secrets (the collector's
+  token) are not in that argv, which any user of either machine can read: they go as the
+  first line on ssh's stdin (`stdin_line`);
 - its working directory (the same path as on this machine) is made on the host;
 - its output comes back over SSH into the worker's log file here;
 - ssh's stdin stays an open pipe: when it closes (the job stopped or killed the local ssh,
@@ -25,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddlkit.errors import ConfigError
-from ddlkit.hosts.ssh import remote_argv, ssh_argv
-from ddlkit.launch.spec import WorkerSpec, worker_env
+from ddlkit.hosts.ssh import remote_argv, ssh_argv, stdin_env_line
+from ddlkit.launch.spec import WorkerSpec, is_secret, worker_env
 
 HEARTBEAT_INTERVAL = 2.0  # seconds between the job's heartbeat bytes to a remote worker
 SILENCE = 30.0  # seconds without one after which the host's watchdog ends the worker
@@ -62,12 +64,18 @@ def ssh_command(worker: WorkerSpec, env: Mapping[str, str]) -> list[str]:
         remote_argv(
             worker.argv,
             python=worker.argv[0],
-            env=dict(env),
+            env={k: v for k, v in env.items() if not is_secret(k)},
             cwd=str(worker.cwd),
             silence=SILENCE,
+            stdin_env=True,
         ),
         worker.ssh,
     )
+
+
+def stdin_line(env: Mapping[str, str]) -> bytes:
+    """The first line written to the worker's ssh: its secret variables, as JSON."""
+    return stdin_env_line({k: v for k, v in env.items() if is_secret(k)})
 
 
 def address_towards(hosts: Sequence[str]) -> str:

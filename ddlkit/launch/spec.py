@@ -38,6 +38,11 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+def is_secret(name: str) -> bool:
+    """Whether a variable's name says it holds a secret (a token, a key, a password)."""
+    return bool(_SECRET.search(name))
+
+
 def redact(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with the values of secret-looking variables (tokens, keys) replaced by ``***``."""
     return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
