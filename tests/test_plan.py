@@ -230,7 +230,7 @@ def test_remote_worker_spec_refuses_pinning_and_is_run_through_ssh():
     assert argv[-2] == "h1"
     remote = shlex.split(argv[-1])
     assert remote[0] == "env" and "TF_CONFIG={}" in remote
-    assert remote[-6:-4] == ["/r/work/worker-0", repr(float(SILENCE))]
+    assert remote[-7:-4] == ["/r/work/worker-0", repr(float(SILENCE)), "1"]  # "1": stdin env
     assert remote[-4:] == ["/v/python", "/s/t.py", "--epochs", "1"]
     assert w.to_dict()["host"] == "h1"
 
