@@ -76,6 +76,7 @@ def test_efficiency_bars_against_x1_and_single_with_the_reference_lines():
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels == ["multi_worker-x2"]
     refs = lines(ax)
+    assert not [label for label in refs if "ceiling" in label]  # no independent case
     assert tuple(refs["linear scaling (100%)"].get_ydata()) == (100, 100)
     horovod = refs[plots.HOROVOD_LABEL]
     assert tuple(horovod.get_ydata()) == (90.0, 90.0)
@@ -86,19 +87,24 @@ def test_efficiency_bars_against_x1_and_single_with_the_reference_lines():
 
 
 def test_efficiency_with_every_strategy_measured_has_one_bar_pair_per_multi_worker_case():
-    cases = [case("single", 1, 2000.0)]
+    cases = [case("single", 1, 2000.0), case("independent", 2, 3600.0)]
     for strategy, x1, x2 in (("mirrored", 1200.0, 1800.0), ("horovod", 2400.0, 2400.0)):
         cases += [case(strategy, 1, x1), case(strategy, 2, x2)]
     ax = plots.efficiency(parse(document(cases=cases))).axes[0]
     bars = containers(ax)
+    # independent-x2 is measured against single-x1: both of its bars are 90%
     assert [h for _, h in bars["vs the same strategy with 1 worker"]] == [
+        pytest.approx(90.0),
         pytest.approx(75.0),
         pytest.approx(50.0),
     ]
     assert [h for _, h in bars["vs one device, no strategy (single-x1)"]] == [
+        pytest.approx(90.0),
         pytest.approx(45.0),
         pytest.approx(60.0),
     ]
+    ceiling = lines(ax)["this machine's ceiling: independent-x2 (no communication)"]
+    assert tuple(ceiling.get_ydata()) == (pytest.approx(90.0), pytest.approx(90.0))
     assert texts(ax).count("skipped") == 0
 
 

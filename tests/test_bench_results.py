@@ -321,9 +321,12 @@ def test_plan_table_shows_every_planned_case_before_it_runs():
     from ddlkit.bench.config import plan_cases
     from ddlkit.bench.results import plan_table
 
-    table = plan_table(plan_cases(True, 2, False, strategies=("single", "horovod")))
+    cases = plan_cases(True, 2, False, strategies=("single", "horovod"), eval_every=7)
+    table = plan_table(cases)
     assert [r[0] for r in table.rows] == ["single-x1", "horovod-x1", "horovod-x2"]
     assert table.rows[2][3] == "64 x 2"
     assert "horovodrun was not found" in table.rows[1][7]
-    assert {r[6] for r in table.rows} == {"every 20 steps"}
+    assert {r[6] for r in table.rows} == {"every 7 steps"}
     assert "horovod-x2" in table._repr_html_() and "horovod-x2" in str(table)
+    no_evals = plan_table(plan_cases(True, 2, True, strategies=("single",), eval_every=0))
+    assert no_evals.rows[0][6] == "none" and no_evals.rows[0][7] == ""

@@ -103,7 +103,8 @@ def throughput(res: BenchResults, ax: Any = None):
 
 def efficiency(res: BenchResults, ax: Any = None):
     """Scaling efficiency of every multi-worker case: against the same strategy with one
-    worker, and against one device without a strategy, with the 100% and 90% lines."""
+    worker, and against one device without a strategy, with the 100% and 90% lines and,
+    where measured, the ceiling of N independent processes that never communicate."""
     fig, ax = _axes(ax, (9, 4.2))
     multi = [c for c in res.cases if c.workers > 1]
     scaled = [c for c in multi if c.ok and c.efficiency is not None]
@@ -128,6 +129,15 @@ def efficiency(res: BenchResults, ax: Any = None):
         ax.bar_label(bars, fmt="{:.0f}%", fontsize=8, padding=2)
     ax.axhline(100, color="black", linestyle="--", linewidth=1, label="linear scaling (100%)")
     ax.axhline(HOROVOD_PUBLISHED * 100, color="tab:red", linestyle=":", label=HOROVOD_LABEL)
+    for c in scaled:
+        if c.strategy == "independent":  # N processes that never communicate
+            ax.axhline(
+                c.efficiency * 100,
+                color="tab:blue",
+                linestyle="-.",
+                linewidth=1,
+                label=f"this machine's ceiling: {c.name} (no communication)",
+            )
     ax.set_xticks(xs, [_short(c.name) for c in scaled])
     ax.set_ylabel("efficiency: speed-up / workers (%)")
     ax.set_title("scaling efficiency")
