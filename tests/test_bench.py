@@ -381,9 +381,12 @@ def test_communication_is_measured_estimated_or_says_why_not():
     assert stats.communication("single", 0.03, None, 0.03).share is None
     ps = stats.communication("parameter_server", 0.05, None, 0.03)
     assert ps.share is None and ps.how.startswith("not measured: ParameterServerStrategy")
-    hvd = stats.communication("horovod", 0.05, 10.0, 0.03)
-    assert hvd.share == pytest.approx(0.2) and hvd.how.startswith("measured: Horovod timeline")
+    hvd = stats.communication("horovod", 0.05, 10.0, 0.03, profiled_step_time=0.08)
+    assert hvd.share == pytest.approx(0.125) and hvd.ms_per_step == 10.0  # of the profiled step
+    assert hvd.how.startswith("measured: allreduce") and "80 ms/step against 50 without" in hvd.how
     assert stats.communication("horovod", 0.05, None, 0.03).how.startswith("not measured")
+    one = stats.communication("horovod", 0.03, None, 0.03, workers=1)
+    assert one.share == 0.0 and one.how.startswith("one rank")
     mw = stats.communication("multi_worker", 0.05, None, 0.03)
     assert mw.share == pytest.approx(0.4) and mw.ms_per_step == pytest.approx(20.0)
     assert mw.how.startswith("estimate")

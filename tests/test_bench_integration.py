@@ -62,8 +62,9 @@ def test_horovod_cases_pin_each_rank_and_measure_allreduce_from_the_timeline(tmp
     by = {c["name"]: c for c in doc["cases"]}
     assert [c["error"] for c in by.values()] == [None, None]
     one, two = by["horovod-x1"], by["horovod-x2"]
-    assert one["comm"]["share"] == 0.0  # one rank reduces nothing
+    assert one["comm"]["share"] == 0.0 and one["profile_run"] is None  # one rank: no allreduce
     assert 0.0 < two["comm"]["share"] < 1.0 and two["comm"]["how"].startswith("measured")
-    assert two["runs"][0]["comm_ms_per_step"] > 0
-    assert (result.bench_dir / "timelines" / "horovod-x2-1.json").is_file()
+    assert two["profile_run"]["comm_ms_per_step"] > 0  # the extra run with the timeline
+    assert two["runs"][0]["comm_ms_per_step"] is None  # measured runs without it
+    assert (result.bench_dir / "timelines" / "horovod-x2.json").is_file()
     assert two["runs"][0]["evals"] == 2  # rank 0 evaluated at steps 0 and 20

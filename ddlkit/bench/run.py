@@ -43,6 +43,8 @@ bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absen
         vs_single: float | None (throughput / single-x1's),
         comm: {share: float | None (0..1 of a step), ms_per_step: float | None,
                how: str (measured how, estimated how, or why not measured)},
+        profile_run: a run as in runs | None (Horovod x2+: the extra run with the timeline
+            on that comm is measured in; not part of the medians),
     } ],
     overhead: {by_hand: [examples/s], kit: [...], ratios: [...], ratio_median: float,
                ratio_min: float, ratio_max: float, order: ["hand-first" | "kit-first"],
@@ -93,6 +95,7 @@ class CaseResult:
     case: BenchCase
     runs: list[RunMeasure] = field(default_factory=list)
     error: str = ""
+    profile: RunMeasure | None = None  # Horovod: one extra run with the timeline on
 
     @property
     def ok(self) -> bool:
@@ -126,9 +129,16 @@ class CaseResult:
         out["foreign_cpu"] = summarize(foreign).to_dict() if foreign else None
         out.update(self._target())
         step = out["step_time"] and out["step_time"]["median"]
-        comm = [r.comm_ms_per_step for r in self.runs if r.comm_ms_per_step is not None]
-        comm_ms = summarize(comm).median if comm else None
-        out["comm"] = communication(c.strategy, step, comm_ms, single_step).to_dict()
+        p = self.profile
+        out["comm"] = communication(
+            c.strategy,
+            step,
+            p and p.comm_ms_per_step,
+            single_step,
+            workers=c.workers,
+            profiled_step_time=p and p.step_time,
+        ).to_dict()
+        out["profile_run"] = vars(p) if p else None
         out["speedup"] = scale.speedup if scale else None
         out["efficiency"] = scale.efficiency if scale else None
         # against one device without a strategy: what distribution buys overall
@@ -298,7 +308,8 @@ def run_case_once(
 ) -> RunMeasure:
     """One run of `case` on `cpus`: start it, wait, measure it from its step records.
 
-    Horovod cases write rank 0's timeline to `timeline` (if given): their communication.
+    Horovod cases write rank 0's timeline to `timeline` (if given): their communication
+    (only in a run of its own: the timeline slows the steps).
     """
     from ddlkit.launch.run import start
 
@@ -340,8 +351,6 @@ def run_case_once(
         ms, counted = spans.per_step("ALLREDUCE", skip=warmup_steps(case.steps))
         if counted:
             comm = ms
-        elif case.workers == 1:
-            comm = 0.0  # one rank: no gradient allreduce in the timeline after the warm-up
     reports = run.results()
     if not reports:
         raise DdlkitError(f"{case.name}: run {run.run_id} finished without a worker result")
@@ -413,7 +422,6 @@ def run_bench(
                     launch_dir=launch_dir,
                     timeout=timeout,
                     target=target,
-                    timeline=bench_dir / "timelines" / f"{c.case.name}-{r + 1}.json",
                 )
             except DdlkitError as exc:
                 c.error = str(exc)
@@ -431,6 +439,29 @@ def run_bench(
                 )
             result.wall_seconds = time.perf_counter() - t0
             result.write()
+    for c in result.cases:  # Horovod's communication, from a timeline in a run of its own
+        if c.case.strategy != "horovod" or c.case.workers < 2 or not c.ok:
+            continue
+        cpus = case_cores(c.case.workers, per_worker, cores)
+        try:
+            c.profile = run_case_once(
+                c.case,
+                cpus=cpus,
+                threads=per_worker,
+                runs_dir=bench_dir / "runs",
+                launch_dir=launch_dir,
+                timeout=timeout,
+                target=target,
+                timeline=bench_dir / "timelines" / f"{c.case.name}.json",
+            )
+        except DdlkitError as exc:
+            say(f"{c.case.name}: timeline run FAILED: {exc}")
+        else:
+            say(
+                f"{c.case.name} with Horovod's timeline: allreduce "
+                f"{c.profile.comm_ms_per_step:.1f} ms of a {c.profile.step_time * 1000:.1f} ms step"
+            )
+        result.write()
     if overhead_pairs > 0:
         steps = max(c.steps for c in cases)
         say(f"kit overhead: {overhead_pairs} pair(s) of by-hand and kit runs, {steps} steps")
