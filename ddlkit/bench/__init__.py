@@ -1,8 +1,10 @@
 """Strategy comparison benchmark: the same model, data and steps under every strategy.
 
 Modules: :mod:`.config` (the cases, pure), :mod:`.stats` (throughput, step time,
-median and spread, scaling efficiency; pure), :mod:`.run` (runs the cases through
-``dk.launch.start``, writes ``runs/<bench-id>/bench.json`` and ``bench.png``),
+median and spread, scaling efficiency, time to a target accuracy, communication share;
+pure), :mod:`.cpu` (what other processes took from a run's cores), :mod:`.overhead`
+(the kit vs by hand), :mod:`.run` (runs the cases through ``dk.launch.start``, writes
+``runs/<bench-id>/bench.json``, its schema in the module docstring, and ``bench.png``),
 :mod:`.report` (tables and the plot), :mod:`.cli` (``ddlkit bench``).
 """
 
