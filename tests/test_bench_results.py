@@ -165,6 +165,9 @@ def test_communication_share_says_how_or_why_not(tmp_path):
     ps2 = res.case("parameter_server-x2")
     assert ps2.comm_share is None and ps2.comm_text() == PS_HOW
     assert res.case("single-x1").comm_text() == "not measured: one device: nothing to send"
+    one_rank = document()
+    one_rank["cases"][0]["comm"] = {"share": 0.0, "ms_per_step": 0.0, "how": "one rank: none"}
+    assert parse(one_rank).case("single-x1").comm_text() == "0%"  # neither measured nor estimated
     old = document()
     del old["cases"][0]["comm"]  # a schema-1 file has no comm at all
     assert parse(old).case("single-x1").comm_text() == "not measured"
@@ -330,3 +333,21 @@ def test_plan_table_shows_every_planned_case_before_it_runs():
     assert "horovod-x2" in table._repr_html_() and "horovod-x2" in str(table)
     no_evals = plan_table(plan_cases(True, 2, True, strategies=("single",), eval_every=0))
     assert no_evals.rows[0][6] == "none" and no_evals.rows[0][7] == ""
+
+
+def test_long_reasons_are_numbered_notes_under_the_table(tmp_path):
+    res = load_results(write(tmp_path, document()))
+    rows = {r[0]: r for r in res.rows()}
+    notes = res.notes()
+    # the same reason once, referenced from every case that shares it
+    assert rows["single-x1"][7] == rows["multi_worker-x2"][7] == "not reached [2]"
+    assert notes[1].startswith("[2] not reached in 60 steps by 2 of 2 runs")
+    assert rows["multi_worker-x1"][6] == "50% (estimated) [3]" and notes[2] == f"[3] {EST_HOW}"
+    assert rows["multi_worker-x1"][7] == "9.0 s, 2/2 runs"  # every run reached it: no note
+    assert rows["parameter_server-x2"][6] == "not measured [5]" and notes[4] == f"[5] {PS_HOW}"
+    assert rows["parameter_server-x2"][7] == "not measured"  # no reason given: no note
+    assert rows["horovod-x1"][10] == rows["horovod-x2"][10] == "skipped [6]"
+    assert notes[5] == "[6] skipped: horovodrun was not found"
+    assert rows["mirrored-x1"][10] == "FAILED [7]"
+    assert len(notes) == len(set(notes)) == 7
+    assert notes[-1] in str(res) and html.escape(notes[4]) in res._repr_html_()

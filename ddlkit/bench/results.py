@@ -17,6 +17,7 @@ against the same strategy with one worker, and against one device without a stra
 from __future__ import annotations
 
 import datetime as _dt
+import html
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -100,8 +101,11 @@ class CaseSummary:
     def comm_text(self) -> str:
         """The communication share with how it was found, or why it is missing."""
         if self.comm_share is not None:
-            kind = "measured" if self.comm_measured else "estimated"
-            return f"{self.comm_share:.0%} ({kind})"
+            how = self.comm_how
+            kind = (
+                "measured" if self.comm_measured else "estimated" if how.startswith("est") else ""
+            )
+            return f"{self.comm_share:.0%}" + (f" ({kind})" if kind else "")
         how = self.comm_how
         if not how:
             return "not measured"
@@ -198,9 +202,40 @@ class BenchResults:
         return stamp.strftime("%Y-%m-%d %H:%M UTC")
 
     def rows(self) -> list[tuple]:
+        """One row per case; long reasons are numbered notes (see :meth:`notes`)."""
+        return self._table()[0]
+
+    def notes(self) -> list[str]:
+        """The table's numbered notes: how a number was found, or why it is missing."""
+        return self._table()[1]
+
+    def _table(self) -> tuple[list[tuple], list[str]]:
+        notes: list[str] = []
+
+        def ref(short: str, text: str) -> str:
+            if not text or text == short:
+                return short
+            if text not in notes:
+                notes.append(text)
+            return f"{short} [{notes.index(text) + 1}]"
+
         out = []
         for c in self.cases:
             rate, step, acc = c.throughput, c.step_time, c.test_accuracy
+            comm = target = None
+            if c.ok:
+                if c.comm_share is not None:
+                    comm = ref(c.comm_text(), c.comm_how)
+                else:
+                    comm = ref("not measured", c.comm_text())
+                if c.time_to_target is not None:
+                    target = ref(c.target_text(), c.target_note)
+                else:
+                    short = "not reached" if c.target_note.startswith("not reached") else ""
+                    target = ref(short or "not measured", c.target_text())
+            status = c.status
+            if c.skipped or c.error:
+                status = ref("skipped" if c.skipped else "FAILED", c.status)
             out.append(
                 (
                     c.name,
@@ -209,14 +244,14 @@ class BenchResults:
                     _fmt(step and step.median * 1000, ".1f"),
                     _fmt(c.efficiency, ".0%") if c.workers > 1 else None,
                     _fmt(c.vs_single, ".2f"),
-                    c.comm_text() if c.ok else None,
-                    c.target_text() if c.ok else None,
+                    comm,
+                    target,
                     _fmt(acc and acc.median, ".3f"),
                     _fmt(c.foreign_cpu and c.foreign_cpu.median, ".0%"),
-                    c.status,
+                    status,
                 )
             )
-        return out
+        return out, [f"[{i}] {text}" for i, text in enumerate(notes, start=1)]
 
     @property
     def size(self) -> str:
@@ -281,10 +316,13 @@ class BenchResults:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        return html_table(HEADERS, self.rows(), self.caption())
+        rows, notes = self._table()
+        below = "".join(f"<br>{html.escape(n)}" for n in notes)
+        return html_table(HEADERS, rows, self.caption()) + (f"<p>{below[4:]}</p>" if notes else "")
 
     def __str__(self) -> str:
-        return text_table(HEADERS, self.rows(), self.caption(), rule=True)
+        rows, notes = self._table()
+        return "\n".join([text_table(HEADERS, rows, self.caption(), rule=True), *notes])
 
 
 @dataclass(frozen=True)
