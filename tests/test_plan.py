@@ -92,6 +92,18 @@ def test_horovod_runs_horovodrun_with_gloo_and_the_hosts():
     assert hvd.argv[7] == str(SCRIPT)
 
 
+def test_horovod_ranks_get_their_cores_to_pin_themselves_only_where_each_has_one():
+    from ddlkit.horovod.pinning import RANK_CPUS_VAR
+
+    _, job = _plan("horovod", workers=2, cores=(0, 1))
+    env = job.workers[0].env
+    assert env[RANK_CPUS_VAR] == "0;1" and env["TF_NUM_INTRAOP_THREADS"] == "1"
+    assert job.workers[0].cpus is None  # horovodrun itself is not pinned: its ranks are
+    for kw in ({"pin_cores": False}, {"gpus": ("0", "1")}, {"workers": 3}):
+        _, job = _plan("horovod", **{"workers": 2, "cores": (0, 1), **kw})
+        assert RANK_CPUS_VAR not in job.workers[0].env, kw
+
+
 def test_horovod_without_horovodrun_says_how_to_get_it():
     cfg = p.LaunchConfig(script=SCRIPT, strategy="horovod", workers=2)
     with pytest.raises(ConfigError, match="horovodrun was not found"):

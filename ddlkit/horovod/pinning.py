@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
 from ddlkit.errors import ConfigError
+from ddlkit.launch.spec import thread_env
 
 RANK_CPUS_VAR = "DDLKIT_RANK_CPUS"
 # horovodrun --gloo sets HOROVOD_LOCAL_RANK; under --mpi the MPI launcher sets its own.
@@ -41,19 +42,6 @@ def rank_cpus(cores: Sequence[int], ranks: int) -> list[tuple[int, ...]]:
         )
     per = len(cores) // ranks
     return [cores[i * per : (i + 1) * per] for i in range(ranks)]
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """TensorFlow's and OpenMP's thread counts for `threads` cores (pure).
-
-    Inter-op threads are at least 2: a collective op blocks one while it waits.
-    The same values as :func:`ddlkit.launch.spec.thread_env`.
-    """
-    return {
-        "OMP_NUM_THREADS": str(threads),
-        "TF_NUM_INTRAOP_THREADS": str(threads),
-        "TF_NUM_INTEROP_THREADS": str(max(2, threads)),
-    }
 
 
 def rank_cpus_env(cores: Sequence[int], ranks: int) -> dict[str, str]:

@@ -18,6 +18,7 @@ from ddlkit import backend
 from ddlkit._tables import html_table
 from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hostfile, parse_hosts, task_name
 from ddlkit.errors import ConfigError
+from ddlkit.horovod import pinning
 from ddlkit.hosts.ssh import SshOptions
 from ddlkit.launch import devices as dev
 from ddlkit.launch.runs import log_path
@@ -298,8 +299,12 @@ def plan(
                 "(make lab does it; README, section Horovod)."
             )
         devices = dev.Devices(None, None, None)
+        # horovodrun starts the ranks, so it cannot pin them: each local rank pins itself in
+        # ddlkit.horovod.init() to its share of the cores passed here (CPU-only, here only).
+        pin = config.pin_cores and not gpus and not config.remote and len(cores) >= config.workers
+        env = pinning.rank_cpus_env(cores, config.workers) if pin else {}
         workers = [
-            spec("horovodrun", {}, devices, command=tuple(horovodrun_argv(config, horovodrun)))
+            spec("horovodrun", env, devices, command=tuple(horovodrun_argv(config, horovodrun)))
         ]
     else:
         if cluster is None:
