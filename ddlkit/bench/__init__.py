@@ -5,11 +5,14 @@ median and spread, scaling efficiency, time to a target accuracy, communication 
 pure), :mod:`.cpu` (what other processes took from a run's cores), :mod:`.overhead`
 (the kit vs by hand), :mod:`.run` (runs the cases through ``dk.launch.start``, writes
 ``runs/<bench-id>/bench.json``, its schema in the module docstring, and ``bench.png``),
-:mod:`.report` (tables and the plot), :mod:`.cli` (``ddlkit bench``).
+:mod:`.report` (tables and the plot), :mod:`.cli` (``ddlkit bench``), :mod:`.results`
+(a ``bench.json`` read back), :mod:`.plots` (throughput, efficiency, time to accuracy),
+:mod:`.ratio` (compute per parameter of the kit's models).
 """
 
 from __future__ import annotations
 
+from ddlkit.bench import plots, ratio, results
 from ddlkit.bench.config import BENCH_STRATEGIES, BenchCase, plan_cases
 from ddlkit.bench.run import BenchResult, run_bench
 from ddlkit.bench.stats import Spread, scaling, summarize
@@ -18,6 +21,9 @@ __all__ = [
     "BENCH_STRATEGIES",
     "BenchCase",
     "BenchResult",
+    "plots",
+    "ratio",
+    "results",
     "Spread",
     "plan_cases",
     "run_bench",

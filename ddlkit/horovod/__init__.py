@@ -17,8 +17,7 @@ Importing this package is cheap: Horovod and TensorFlow load on first use.
 
 from __future__ import annotations
 
-import importlib
-
+from ddlkit._lazy import lazy_attributes
 from ddlkit.horovod.ranks import rank_env, rank_name, rank_of, setup_rank
 from ddlkit.horovod.runtime import HorovodMissingError, available, init, require
 
@@ -61,13 +60,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ddlkit.horovod' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), __all__)
