@@ -132,7 +132,13 @@ def _int_var(env: Mapping[str, str], name: str) -> int:
     return int(value)
 
 
-def _node_tasks(hosts: list[str], counts: list[int], what: str) -> tuple[tuple[str, int], ...]:
+def _node_tasks(
+    environ: Mapping[str, str], nodelist_var: str, counts_var: str
+) -> tuple[tuple[str, int], ...]:
+    """(host, tasks on it) pairs from a node list and a tasks-per-node variable."""
+    hosts = expand_hostlist(environ[nodelist_var])
+    counts = expand_tasks_per_node(environ[counts_var])
+    what = f"{nodelist_var} / {counts_var}"
     if len(hosts) != len(counts):
         raise ConfigError(f"{what}: {len(hosts)} hosts but {len(counts)} task counts. {INSIDE_FIX}")
     if len(set(hosts)) != len(hosts):
@@ -172,9 +178,7 @@ def step_from_env(environ: Mapping[str, str]) -> SlurmStep:
             f"not inside a Slurm job step: {', '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not set. {INSIDE_FIX}"
         )
-    hosts = expand_hostlist(environ["SLURM_STEP_NODELIST"])
-    counts = expand_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
-    nodes = _node_tasks(hosts, counts, "SLURM_STEP_NODELIST / SLURM_STEP_TASKS_PER_NODE")
+    nodes = _node_tasks(environ, "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
     step = SlurmStep(
         job_id=_int_var(environ, "SLURM_JOB_ID"),
         procid=_int_var(environ, "SLURM_PROCID"),
@@ -314,9 +318,7 @@ def horovod_hosts(environ: Mapping[str, str]) -> str:
             f"not inside a Slurm job: {', '.join(missing)} not set. Fix: run it in the batch "
             f"script, e.g. launch/slurm/horovod.sbatch (`sbatch launch/slurm/horovod.sbatch`)."
         )
-    hosts = expand_hostlist(environ["SLURM_JOB_NODELIST"])
-    counts = expand_tasks_per_node(environ["SLURM_TASKS_PER_NODE"])
-    nodes = _node_tasks(hosts, counts, "SLURM_JOB_NODELIST / SLURM_TASKS_PER_NODE")
+    nodes = _node_tasks(environ, "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE")
     return ",".join(f"{host}:{count}" for host, count in nodes)
 
 
