@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import pytest
 
 import ddlkit  # noqa: F401  (chooses Keras before TensorFlow is imported)
 from ddlkit.backend import tf
+from ddlkit.cluster.ports import free_ports
 from ddlkit.data import pipeline as pl
 from ddlkit.errors import ConfigError
 
@@ -350,17 +350,6 @@ MULTI_WORKER = HELPERS + textwrap.dedent(
                       "whole": seen(strategy.experimental_distribute_dataset(whole))}))
     """
 )
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from ddlkit import slurm
+from ddlkit.cluster.ports import free_ports
 from ddlkit.errors import ConfigError
 from ddlkit.launch import plan
 
@@ -354,17 +355,6 @@ def test_templates_are_plain_bash_that_quote_their_variables():
 # --- a real single-node Slurm ---------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _first_job_id() -> int:
     """A first job id whose workers' default ports are free now, picked at random so that
     two test sessions on one machine do not give their jobs the same ports."""
@@ -550,7 +540,7 @@ def _skip_unless_slurm_can_run() -> None:
 
 
 def _write_conf(root: Path, nodes: list[Node], controller: str) -> Path:
-    ctld_port, slurmd_port = _free_ports(2)
+    ctld_port, slurmd_port = free_ports(2)
     node_lines = "\n".join(
         f"NodeName={n.name} NodeAddr={n.address} CPUs={n.cpus} State=UNKNOWN" for n in nodes
     )
