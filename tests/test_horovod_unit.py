@@ -288,3 +288,94 @@ def test_timeline_per_step_counts_overlapping_tensors_once_and_skips_warmup():
     assert timeline.per_step("NEGOTIATE_ALLREDUCE", skip=2) == (pytest.approx(0.1), 2)
     assert timeline.per_step("ALLREDUCE", skip=4) == (0.0, 0)
     assert timeline.per_step("BROADCAST") == (0.0, 0)
+
+
+class _FakeGPU:
+    """Stands in for tf.config.PhysicalDevice (only its name is read)."""
+
+    def __init__(self, index: int) -> None:
+        self.name = f"/physical_device:GPU:{index}"
+        self.device_type = "GPU"
+
+
+class _FakeConfig:
+    """tf.config's three GPU calls, recorded; `started` plays TensorFlow's started runtime."""
+
+    def __init__(self, gpus, started: bool = False) -> None:
+        self.gpus, self.started, self.calls = list(gpus), started, []
+        self.experimental = self
+
+    def list_physical_devices(self, kind):
+        assert kind == "GPU"
+        return self.gpus
+
+    def set_memory_growth(self, gpu, enable):
+        self.calls.append(("memory_growth", gpu.name, enable))
+
+    def set_visible_devices(self, devices, kind):
+        if self.started:
+            raise RuntimeError("Visible devices cannot be modified after being initialized")
+        self.calls.append(("visible", devices.name, kind))
+
+
+def test_gpu_for_rank_picks_gpus_local_rank():
+    gpus = [_FakeGPU(i) for i in range(4)]
+    assert [dkh.gpu_for_rank(gpus, r, 4) for r in range(4)] == gpus
+    assert dkh.gpu_for_rank(gpus, 1, 2) is gpus[1]  # 2 ranks on a 4-GPU host: GPUs 0 and 1
+    assert dkh.gpu_for_rank(gpus, 1) is gpus[1]  # local_size unknown
+
+
+def test_gpu_for_rank_without_gpus_changes_nothing():
+    assert dkh.gpu_for_rank([], 0, 2) is None
+    assert dkh.gpu_for_rank([], 1, 2) is None
+    config = _FakeConfig([])
+    assert dkh.pin_gpu(1, 2, config=config) is None and config.calls == []
+
+
+def test_fewer_gpus_than_local_ranks_is_one_clear_error_in_every_rank():
+    gpus = [_FakeGPU(0)]
+    for rank in (0, 1):  # rank 0 has a GPU, but its neighbour has none: both stop
+        with pytest.raises(ConfigError, match=r"2 Horovod ranks on this host but only 1 GPU") as e:
+            dkh.gpu_for_rank(gpus, rank, 2)
+        assert "GPU:0" in str(e.value) and "-H host:1" in str(e.value)
+        assert "pin_gpu=False" in str(e.value)
+    with pytest.raises(ConfigError, match="local rank 2 would have no GPU"):
+        dkh.gpu_for_rank([_FakeGPU(0), _FakeGPU(1)], 2)  # local_size unknown
+    with pytest.raises(ConfigError, match="not below local_size"):
+        dkh.gpu_for_rank([_FakeGPU(0), _FakeGPU(1)], 2, 2)
+    with pytest.raises(ConfigError, match="local_rank=-1"):
+        dkh.gpu_for_rank([_FakeGPU(0)], -1)
+
+
+def test_pin_gpu_grows_memory_on_every_gpu_and_shows_only_its_own():
+    config = _FakeConfig([_FakeGPU(0), _FakeGPU(1)])
+    chosen = dkh.pin_gpu(1, 2, config=config)
+    assert chosen.name == "/physical_device:GPU:1"
+    assert config.calls == [
+        ("memory_growth", "/physical_device:GPU:0", True),
+        ("memory_growth", "/physical_device:GPU:1", True),
+        ("visible", "/physical_device:GPU:1", "GPU"),
+    ]
+
+
+def test_pin_gpu_after_tensorflow_started_names_the_fix():
+    config = _FakeConfig([_FakeGPU(0), _FakeGPU(1)], started=True)
+    with pytest.raises(ConfigError, match=r"before local rank 0 was pinned to .*GPU:0.*Fix: call"):
+        dkh.pin_gpu(0, 2, config=config)
+
+
+def test_pin_gpu_on_this_machines_tensorflow():
+    """The real tf.config, in a fresh process: no GPU, nothing changes; else rank 0 sees GPU 0."""
+    code = textwrap.dedent(
+        """
+        import tensorflow as tf
+        import ddlkit.horovod as dkh
+        gpus = tf.config.list_physical_devices("GPU")
+        chosen = dkh.pin_gpu(0, 1)
+        assert chosen == (gpus[0] if gpus else None), (chosen, gpus)
+        assert tf.config.get_visible_devices("GPU") == gpus[:1]
+        print("gpus", len(gpus))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("gpus "), out.stderr[-2000:]

@@ -4,7 +4,10 @@ Importing this package is cheap: Horovod and TensorFlow load on first use.
 
 - :func:`init`: ``hvd.init()`` plus naming the rank (``rank-N``) for metrics and
   results, and ending it with ``horovodrun`` (:mod:`ddlkit.horovod.ranks`), and pinning
-  the rank to its own cores when the launcher asks (:mod:`ddlkit.horovod.pinning`).
+  the rank to its own cores when the launcher asks (:mod:`ddlkit.horovod.pinning`), and
+  to its own GPU, ``gpus[hvd.local_rank()]``, on a host with GPUs.
+- :func:`gpu_for_rank`, :func:`pin_gpu`: that GPU choice (pure) and the TensorFlow calls
+  (:mod:`ddlkit.horovod.gpus`).
 - :func:`MetricAverageCallback`, :func:`LearningRateWarmupCallback`: on tf-keras and
   Keras 3 (Horovod's own fail on tf-keras 2.21).
 - :class:`DistributedGradientTape`, :func:`broadcast_variables`, :func:`tf_variables`:
@@ -34,6 +37,8 @@ _LAZY = {
     "load_timeline": "ddlkit.horovod.timeline",
     "Timeline": "ddlkit.horovod.timeline",
     "shell_launch": "ddlkit.horovod.shell",
+    "gpu_for_rank": "ddlkit.horovod.gpus",
+    "pin_gpu": "ddlkit.horovod.gpus",
 }
 
 __all__ = [
@@ -46,9 +51,11 @@ __all__ = [
     "allreduce_timing",
     "available",
     "average_logs",
+    "gpu_for_rank",
     "broadcast_variables",
     "init",
     "load_timeline",
+    "pin_gpu",
     "rank_env",
     "rank_name",
     "rank_of",

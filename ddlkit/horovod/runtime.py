@@ -3,13 +3,15 @@
 ::
 
     import ddlkit.horovod as dkh
-    hvd = dkh.init()          # names the rank, ties it to horovodrun, hvd.init()
+    hvd = dkh.init()          # names the rank, ties it to horovodrun, hvd.init(), its GPU
 
 Under ``horovodrun`` every rank gets ``DDLKIT_WORKER=rank-N`` (its metrics file, its
 dashboard row, its ``report()`` file) and dies with the launcher
 (:mod:`ddlkit.horovod.ranks`). When the launcher gave one core list per local rank
 (``DDLKIT_RANK_CPUS``), the rank pins itself to its own and sizes TensorFlow's thread
-pools to match (:mod:`ddlkit.horovod.pinning`). When no ddlkit launcher gave a run directory
+pools to match (:mod:`ddlkit.horovod.pinning`). On a host with GPUs each rank sees only
+``gpus[hvd.local_rank()]``, with memory growth (:mod:`ddlkit.horovod.gpus`): without it
+every rank would put its work on GPU 0. When no ddlkit launcher gave a run directory
 (``horovodrun`` typed by hand), rank 0 picks one and broadcasts it, so all ranks
 write one run.
 """
@@ -21,7 +23,7 @@ import os
 from types import ModuleType
 
 from ddlkit.errors import DdlkitError
-from ddlkit.horovod import pinning, ranks
+from ddlkit.horovod import gpus, pinning, ranks
 
 RUN_DIR_VAR = "DDLKIT_RUN_DIR"
 INSTALL_FIX = (
@@ -57,15 +59,18 @@ def hvd() -> ModuleType:
     return module
 
 
-def init(watch: bool = True) -> ModuleType:
+def init(watch: bool = True, pin_gpu: bool = True) -> ModuleType:
     """Set up this rank (see the module docstring), ``hvd.init()``, return ``horovod.tensorflow``.
 
-    ``watch=False`` leaves out tying the rank's life to ``horovodrun``.
+    ``watch=False`` leaves out tying the rank's life to ``horovodrun``; ``pin_gpu=False``
+    leaves the visible GPUs alone (when each rank was already given its own).
     """
     ranks.setup_rank(watch=watch)
     pinning.pin_rank()  # before hvd.init() and TensorFlow's first op
     module = hvd()
     module.init()
+    if pin_gpu:  # this rank sees only gpus[local_rank]; no GPUs: nothing changes
+        gpus.pin_gpu(module.local_rank(), module.local_size())
     if ranks.rank_of() is not None and not os.environ.get(RUN_DIR_VAR) and module.size() > 1:
         from ddlkit.metrics.reporter import local_run_dir
 
