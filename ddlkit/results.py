@@ -101,23 +101,47 @@ REPORT_KEYS = (
     "train_seconds",
 )
 # Whose report speaks for the run: the coordinator, else the first worker or rank.
-_SPOKESMEN = ("chief", "main", "worker-0", "rank-0")
+_SPOKESMEN = ("chief-0", "chief", "main", "worker-0", "rank-0")
 
 
 def from_run(
-    run, name: str, strategy: str, *, worker: str | None = None, notes: str = ""
+    run,
+    name: str,
+    strategy: str,
+    *,
+    worker: str | None = None,
+    notes: str = "",
+    dataset: str | None = None,
+    global_batch: int | None = None,
 ) -> Result:
     """The Result of a finished launched run (``dk.launch.start``), from what its worker
     scripts reported and its metric records.
 
     Throughput is the steady-state rate of the step records where there are any (all
     workers added up), else the rate the worker reported. Fast-mode runs say so in notes.
+
+    Scripts of ``launch/`` report their result (``launch/_common.py``). A plain script that
+    only adds a ``KerasReporter`` to its callbacks has no report: then everything comes from
+    its records (:func:`from_records`), and ``dataset`` must be given.
     """
     reports = run.results()
     if not reports:
-        raise DdlkitError(
-            f"run {run.run_id} has no worker results in {run.run_dir / 'results'}. Fix: wait "
-            f"for it to finish (run.wait()); its scripts must call report() from launch/_common.py."
+        records = run.records() or _records_on_disk(run.run_dir)
+        if not records:
+            raise DdlkitError(
+                f"run {run.run_id} has neither worker results in {run.run_dir / 'results'} nor "
+                f"metric records. Fix: wait for it to finish (run.wait()); its scripts must "
+                f"call report() from launch/_common.py or add a ddlkit KerasReporter."
+            )
+        return from_records(
+            records,
+            name,
+            strategy,
+            dataset=dataset,
+            workers=_worker_processes(run.config),
+            global_batch=global_batch,
+            worker=worker,
+            notes=notes,
         )
     if worker is None:
         worker = next((w for w in _SPOKESMEN if w in reports), sorted(reports)[0])
@@ -155,6 +179,99 @@ def from_run(
         synthetic_data=bool(report.get("synthetic_data", False)),
         notes=notes,
     )
+
+
+def from_records(
+    records,
+    name: str,
+    strategy: str,
+    *,
+    dataset: str | None,
+    workers: int,
+    global_batch: int | None = None,
+    worker: str | None = None,
+    notes: str = "",
+) -> Result:
+    """A Result from the records a ``KerasReporter`` sends (pure).
+
+    - throughput: :func:`throughput` of the step records (all workers added up);
+    - test accuracy: the ``evaluate`` event of ``worker`` (default: the one that speaks for
+      the run: the chief, else worker or rank 0), sent when the script calls
+      ``model.evaluate(test_ds, callbacks=callbacks)`` with the reporter in ``callbacks``;
+    - epochs, steps, train seconds: that worker's ``train_begin`` and ``train_end`` events;
+    - replicas: ``train_begin``'s ``replicas``; global batch: ``global_batch``, else the sum
+      of every worker's ``batch_size`` (each reports the examples its steps count).
+    """
+    if not dataset:
+        raise DdlkitError(
+            f"result {name!r}: the run's scripts report no data set (they send only metric "
+            f"records). Fix: pass dataset=, e.g. from_run(run, {name!r}, {strategy!r}, "
+            f"dataset='mnist')."
+        )
+    events: dict[str, dict[str, list]] = {}
+    for r in records:
+        if r.kind == "event" and r.name in ("train_begin", "train_end", "evaluate"):
+            events.setdefault(r.worker, {}).setdefault(r.name, []).append(r)
+    evaluated = sorted(w for w, e in events.items() if "evaluate" in e)
+    if worker is None:
+        worker = next(
+            (w for w in _SPOKESMEN if w in evaluated), evaluated[0] if evaluated else None
+        )
+    if worker is None or "evaluate" not in events.get(worker, {}):
+        raise DdlkitError(
+            f"result {name!r}: no 'evaluate' event from {worker or 'any worker'} "
+            f"(workers with one: {', '.join(evaluated) or 'none'}). Fix: end the script with "
+            f"model.evaluate(test_ds, callbacks=callbacks) where callbacks holds its "
+            f"KerasReporter."
+        )
+    mine = events[worker]
+    if not mine.get("train_begin") or not mine.get("train_end"):
+        raise DdlkitError(
+            f"result {name!r}: {worker} sent no train_begin/train_end events: its training "
+            f"did not finish. Fix: wait for the run (run.wait()) and check its log (run.tail)."
+        )
+    begin, end = mine["train_begin"][0], mine["train_end"][-1]
+    accuracy = mine["evaluate"][-1].info.get("accuracy")
+    if accuracy is None:
+        raise DdlkitError(
+            f"result {name!r}: {worker}'s evaluate event has no accuracy. Fix: compile the "
+            f"model with metrics=['accuracy']."
+        )
+    if global_batch is None:
+        sizes = [
+            e["train_begin"][0].info.get("batch_size")
+            for e in events.values()
+            if e.get("train_begin")
+        ]
+        if not sizes or not all(sizes):
+            raise DdlkitError(
+                f"result {name!r}: not every worker reported its batch size. Fix: pass "
+                f"global_batch=, or KerasReporter(batch_size=...) in every worker."
+            )
+        global_batch = int(sum(sizes))
+    if settings.fast_mode():
+        notes = ", ".join(n for n in (notes, "fast mode") if n)
+    return Result(
+        name=name,
+        strategy=strategy,
+        dataset=dataset,
+        workers=workers,
+        replicas=int(begin.info.get("replicas") or 1),
+        global_batch=int(global_batch),
+        epochs=float(begin.info.get("epochs") or 1),
+        steps=int(end.info.get("steps") or end.step),
+        examples_per_sec=throughput(records),
+        test_accuracy=float(accuracy),
+        train_seconds=end.wall_time - begin.wall_time,
+        notes=notes,
+    )
+
+
+def _records_on_disk(run_dir) -> list:
+    """The run's JSONL records (a run without a live collector), or none."""
+    from ddlkit.metrics import load_run
+
+    return load_run(run_dir) if (Path(run_dir) / "metrics").is_dir() else []
 
 
 def _worker_processes(config) -> int:

@@ -232,12 +232,15 @@ callbacks = [
 model.fit(x, y, epochs=2, batch_size=16, validation_split=0.25, verbose=0, callbacks=callbacks)
 # a second fit with the first callback: its steps keep counting
 model.fit(x, y, epochs=1, batch_size=16, validation_split=0.25, verbose=0, callbacks=callbacks[:1])
+# an evaluate of its own (not fit's validation) is reported as one `evaluate` event
+evaluated = model.evaluate(x, y, batch_size=32, verbose=0, callbacks=callbacks[:1])
 for cb in callbacks:
     cb.close()
 print(json.dumps({
     "flavour": backend.active_flavour(),
     "batch_hooks": [cb._implements_train_batch_hooks() for cb in callbacks],
     "is_callback": all(isinstance(cb, keras.callbacks.Callback) for cb in callbacks),
+    "evaluated": [float(v) for v in evaluated],
 }))
 """
 
@@ -259,7 +262,17 @@ def _run_keras(tmp_path: Path, keras_choice: str) -> dict:
     return {"result": result, "records": on_disk}
 
 
-def _check_keras_records(records, steps_per_epoch: int = 5, epochs: int = 2) -> None:
+def _check_keras_records(
+    records, evaluated: list[float], steps_per_epoch: int = 5, epochs: int = 2
+) -> None:
+    evaluations = [r for r in records if r.name == "evaluate"]
+    assert [r.worker for r in evaluations] == ["every-1"]  # fit's validation is not one
+    info = evaluations[0].info
+    assert [info["loss"], info["accuracy"]] == pytest.approx(evaluated)
+    assert info["steps"] == 3  # 96 examples in batches of 32
+    begins = [r for r in records if r.name == "train_begin"]
+    assert {r.info["replicas"] for r in begins} == {1}
+    records = [r for r in records if r.name != "evaluate"]
     by_worker = {
         w: [r for r in records if r.worker == w] for w in ("every-1", "every-2", "every-0")
     }
@@ -298,19 +311,20 @@ def _check_keras_records(records, steps_per_epoch: int = 5, epochs: int = 2) -> 
 @pytest.mark.slow
 def test_keras_reporter_under_tf_keras(tmp_path):
     run = _run_keras(tmp_path, "2")
+    evaluated = run["result"].pop("evaluated")
     assert run["result"] == {
         "flavour": "tf-keras",
         "batch_hooks": [True, True, False],
         "is_callback": True,
     }
-    _check_keras_records(run["records"])
+    _check_keras_records(run["records"], evaluated)
 
 
 @pytest.mark.slow
 def test_keras_reporter_under_keras_3(tmp_path):
     run = _run_keras(tmp_path, "3")
     assert run["result"]["flavour"] == "keras3" and run["result"]["is_callback"]
-    _check_keras_records(run["records"])
+    _check_keras_records(run["records"], run["result"]["evaluated"])
 
 
 def test_importing_metrics_does_not_import_tensorflow():

@@ -148,3 +148,50 @@ def test_from_run_errors_name_the_fix(tmp_path):
     del partial["steps"], partial["dataset"]
     with pytest.raises(DdlkitError, match="lacks dataset, steps"):
         results.from_run(_Run(tmp_path, {"worker-0": partial}), "x", "y")
+
+
+def test_from_run_prefers_the_real_chief_name_chief_0(tmp_path):
+    reports = {"worker-0": _report(test_accuracy=0.1), "chief-0": _report(test_accuracy=0.8)}
+    r = results.from_run(_Run(tmp_path, reports), "ps", "ParameterServer")
+    assert r.test_accuracy == 0.8
+
+
+def _event(worker, name, wall_time, **info):
+    from ddlkit.metrics import Record
+
+    return Record(kind="event", worker=worker, step=info.get("steps", 0), epoch=0,
+                  wall_time=wall_time, seq=0, name=name, info=info)  # fmt: skip
+
+
+def _plain_script_records(workers=("worker-0", "worker-1"), evaluate=True):
+    """What two workers of a plain script with a KerasReporter send (batch 64 each)."""
+    out = []
+    for w in workers:
+        out.append(_event(w, "train_begin", 100.0, epochs=2, steps=20, batch_size=64,
+                          every=1, initial_step=0, replicas=2))  # fmt: skip
+        out += [step_record(w, i, 500.0 if i > 5 else 5.0) for i in range(12)]
+        out.append(_event(w, "train_end", 112.5, steps=40))
+        if evaluate:
+            out.append(_event(w, "evaluate", 113.0, loss=0.3, accuracy=0.91, steps=10))
+    return out
+
+
+def test_from_run_without_reports_builds_the_result_from_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLKIT_FAST", "0")
+    run = _Run(tmp_path, {}, _plain_script_records())
+    r = results.from_run(run, "mwms", "MultiWorkerMirrored", dataset="mnist")
+    assert (r.test_accuracy, r.examples_per_sec, r.workers, r.replicas) == (0.91, 1000.0, 2, 2)
+    assert (r.global_batch, r.epochs, r.steps, r.train_seconds) == (128, 2.0, 40, 12.5)
+    r = results.from_run(run, "m", "M", dataset="mnist", global_batch=256)
+    assert r.global_batch == 256
+
+
+def test_from_records_errors_name_the_fix(tmp_path):
+    run = _Run(tmp_path, {}, _plain_script_records())
+    with pytest.raises(DdlkitError, match="pass dataset="):
+        results.from_run(run, "x", "y")
+    run = _Run(tmp_path, {}, _plain_script_records(evaluate=False))
+    with pytest.raises(DdlkitError, match=r"no 'evaluate' event.*model.evaluate\(test_ds"):
+        results.from_run(run, "x", "y", dataset="mnist")
+    with pytest.raises(DdlkitError, match="neither worker results"):
+        results.from_run(_Run(tmp_path, {}), "x", "y", dataset="mnist")

@@ -21,7 +21,12 @@ What a ``KerasReporter`` reports, through a :class:`~ddlkit.metrics.Reporter`
   (``batch_size / step_time``);
 - an epoch record at each epoch end: the epoch's logs (``val_*`` in ``metrics``),
   training-only throughput, and ``epoch_time`` (validation included);
-- event ``train_end``, after which queued records are flushed (bounded wait).
+- event ``train_end``, after which queued records are flushed (bounded wait);
+- event ``evaluate`` (``loss``, ``accuracy``, ``steps``) when the callback is passed to a
+  ``model.evaluate(...)`` call of its own, e.g. on the test set after training
+  (validation inside ``fit`` is not reported this way: it is in the epoch records).
+
+``train_begin`` also carries ``replicas``: the strategy's ``num_replicas_in_sync``.
 
 ``batch_size`` is the number of examples one step of *this* worker counts. For
 MultiWorkerMirroredStrategy or Horovod pass the per-worker share of the global
@@ -121,6 +126,7 @@ class _ReporterMixin:
         self._pending = 0
         self._mark = self._epoch_start = self._last_batch_end = time.perf_counter()
         self._epoch_steps = 0
+        self._fitting = False
 
     # Keras asks this to decide whether to call batch hooks (and ParameterServerStrategy
     # refuses callbacks that have them).
@@ -137,6 +143,7 @@ class _ReporterMixin:
 
     def on_train_begin(self, logs=None) -> None:
         reporter = self._ensure_reporter()
+        self._fitting = True
         self._before_train()
         params = self.params or {}
         reporter.event(
@@ -146,6 +153,7 @@ class _ReporterMixin:
             batch_size=self.batch_size,
             every=self.every,
             initial_step=self._step,
+            replicas=_replicas(self.model),
         )
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
@@ -201,7 +209,16 @@ class _ReporterMixin:
         )
 
     def on_train_end(self, logs=None) -> None:
+        self._fitting = False
         self.reporter.event("train_end", steps=self._step)
+        self.reporter.flush(FLUSH_TIMEOUT)
+
+    def on_test_end(self, logs=None) -> None:
+        if self._fitting:  # validation inside fit: the epoch record has it as val_*
+            return
+        loss, accuracy, _ = split_logs(logs)
+        steps = _int_or_none((self.params or {}).get("steps"))
+        self._ensure_reporter().event("evaluate", loss=loss, accuracy=accuracy, steps=steps)
         self.reporter.flush(FLUSH_TIMEOUT)
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> None:
@@ -249,6 +266,12 @@ class _LivePlotMixin(_ReporterMixin):
     def on_train_end(self, logs=None) -> None:
         super().on_train_end(logs)
         self.dashboard.finish()
+
+
+def _replicas(model) -> int | None:
+    """The number of replicas training ``model`` in sync (1 without a strategy)."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return _int_or_none(getattr(strategy, "num_replicas_in_sync", None))
 
 
 def _int_or_none(value: Any) -> int | None:
