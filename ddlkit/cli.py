@@ -6,7 +6,7 @@
     ddlkit runs
     ddlkit plot RUN [-o figure.png]
     ddlkit env
-    ddlkit data {prepare,status}
+    ddlkit data {prepare,status,import}
     ddlkit bench [--quick] [--strategies ...] [--repeats N] [--steps N]
 
 Exit codes: 0 success, 1 a worker or the run failed, 2 bad input (nothing
@@ -73,9 +73,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("env", help="check TensorFlow, Keras, devices, Horovod and data sets")
 
-    p = sub.add_parser("data", help="prepare or inspect the offline data sets")
+    p = sub.add_parser("data", help="prepare, inspect or import the offline data sets")
     p.add_argument(
-        "data_args", nargs=argparse.REMAINDER, help="prepare [--force] [NAME...] | status"
+        "data_args",
+        nargs=argparse.REMAINDER,
+        help="prepare [--force] [NAME...] | status [NAME...] | import cifar10 PATH",
     )
     add_bench_parser(sub)
     return parser

@@ -94,7 +94,7 @@ def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
         data.load("fashion_mnist")
     with pytest.raises(DataError, match="cifar-10-batches-py.tar.gz"):
         data.load("cifar10", source="keras")
-    with pytest.raises(DataError, match="never holds CIFAR-10"):
+    with pytest.raises(DataError, match="holds CIFAR-10 only once imported"):
         data.load("cifar10", source="kit-cache")
 
 

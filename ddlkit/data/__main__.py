@@ -1,4 +1,4 @@
-"""``python -m ddlkit.data prepare [--force] [NAME ...]`` and ``python -m ddlkit.data status``."""
+"""``python -m ddlkit.data prepare [--force] [NAME ...]``, ``status``, ``import cifar10 PATH``."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ def parser() -> argparse.ArgumentParser:
         "status", help="what load() would use for each data set", allow_abbrev=False
     )
     st.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)}")
+    imp = sub.add_parser(
+        "import",
+        help="check a data set's official archive you have and put it where Keras and the kit look",
+        allow_abbrev=False,
+    )
+    imp.add_argument("name", choices=["cifar10"], help="the data set (only cifar10 needs this)")
+    imp.add_argument("path", metavar="PATH", help="the official cifar-10-python.tar.gz")
     return p
 
 
@@ -40,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "prepare":
             table = prepare(args.names or None, force=args.force, echo=print)
+        elif args.command == "import":
+            from ddlkit.data.archive import import_cifar10
+
+            print(f"{args.name}: checking {args.path} (sha256, as tf-keras does) ...", flush=True)
+            table = import_cifar10(args.path)
         else:
             table = status(args.names or None)
     except DdlkitError as exc:

@@ -254,23 +254,40 @@ def _build(name: str, echo: Callable[[str], None]) -> dict[str, np.ndarray]:
     return fashion_arrays()
 
 
-def _prepare_cifar10() -> PrepareResult:
+def _prepare_cifar10(force: bool, echo: Callable[[str], None]) -> PrepareResult:
+    # CIFAR-10 cannot be built here: only `python -m ddlkit.data import cifar10 PATH` writes it.
+    layout = sources.layout(spec("cifar10"))
+    moved: list[tuple[Path, Path]] = []
+    try:
+        cache.verify("cifar10", layout, fix_name="cifar10")
+        return PrepareResult(
+            "cifar10", "ready", cache.data_path("cifar10"), "imported, verified (sha256, shapes)"
+        )
+    except FileNotFoundError:
+        pass
+    except CorruptCacheError as exc:
+        if not force:
+            raise
+        moved = cache.move_aside("cifar10")
+        for old, new in moved:
+            echo(f"cifar10: {exc.path.name} is corrupt ({exc.problem}); moved {old} aside to {new}")
     found = sources.availability("cifar10", "keras")
     if found.ok and found.reason == "in Keras' cache":
         return PrepareResult("cifar10", "ready", found.path, "real CIFAR-10 in Keras' cache")
-    return PrepareResult(
-        "cifar10",
-        "unavailable",
-        None,
+    detail = (
         "CIFAR-10 is in no package registry reachable offline; load('cifar10') uses Keras' "
-        "cache or download when it can, else the synthetic stand-in (with a warning)",
+        "cache or download when it can, else the synthetic stand-in (with a warning). "
+        "Fix: `python -m ddlkit.data import cifar10 PATH` with the official archive"
     )
+    if moved:
+        detail += "; corrupt files moved aside: " + ", ".join(str(new) for _, new in moved)
+    return PrepareResult("cifar10", "unavailable", None, detail)
 
 
 def _prepare_one(name: str, force: bool, echo: Callable[[str], None]) -> PrepareResult:
     sp = spec(name)
-    if not sources.has_kit_cache(sp):
-        return _prepare_cifar10()
+    if sp.has_standin:
+        return _prepare_cifar10(force, echo)
     layout = sources.layout(sp)
     moved: list[tuple[Path, Path]] = []
     try:

@@ -134,7 +134,7 @@ SPECS: dict[str, DatasetSpec] = {
             # tf-keras downloads the archive again when it is missing, even
             # if the extracted folder is there; Keras 3 names it differently.
             "tf-keras": ("datasets/cifar-10-batches-py.tar.gz",),
-            "keras3": ("datasets/cifar-10-batches-py_archive",),
+            "keras3": ("datasets/cifar-10-batches-py-target_archive",),  # keras 3.15
         },
         keras_sha256="6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
         has_standin=True,

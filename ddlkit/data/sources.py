@@ -48,8 +48,10 @@ FIXES = {
         "`python -m ddlkit.data prepare fashion_mnist` (or `make lab`)"
     ),
     "cifar10": (
-        "copy the real cifar-10-python.tar.gz (from a machine online) to "
-        "~/.keras/datasets/cifar-10-batches-py.tar.gz, where Keras finds it"
+        "get the official cifar-10-python.tar.gz (on a machine online) and run "
+        "`python -m ddlkit.data import cifar10 PATH`: it checks the file and puts it in "
+        "~/.keras/datasets/cifar-10-batches-py.tar.gz, where tf-keras finds it, "
+        "and in the kit cache"
     ),
 }
 
@@ -149,8 +151,8 @@ def layout(sp: DatasetSpec) -> cache.Layout:
 
 
 def has_kit_cache(sp: DatasetSpec) -> bool:
-    """Whether the kit builds an offline cache for ``sp`` (not for CIFAR-10)."""
-    return not sp.has_standin
+    """Whether the kit cache holds ``sp``: always meant to, except CIFAR-10 until imported."""
+    return not sp.has_standin or cache.exists(sp.name)
 
 
 def _kit_check(sp: DatasetSpec) -> Availability:
@@ -159,7 +161,8 @@ def _kit_check(sp: DatasetSpec) -> Availability:
             "kit-cache",
             False,
             None,
-            f"the kit cache never holds {sp.display_name} (no registry has it)",
+            f"the kit cache holds {sp.display_name} only once imported from the learner's own "
+            f"archive (no registry has it), and {cache.data_path(sp.name)} is not there",
         )
     path = cache.data_path(sp.name)
     if cache.exists(sp.name):
