@@ -29,7 +29,7 @@ from ddlkit.cluster import ClusterSpec, horovod_slots
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.preflight import Preflight, check_hosts
 from ddlkit.hosts.ssh import SshOptions, write_ssh_shim
-from ddlkit.launch import devices, plan, remote
+from ddlkit.launch import devices, plan, remote, script_check
 from ddlkit.launch.job import Job, JobResult, WorkerStatus
 from ddlkit.launch.runs import new_run_id
 from ddlkit.metrics import Collector, Record
@@ -210,6 +210,7 @@ def start(
         hostfile=None if hostfile is None else Path(hostfile),
         **({"python": python} if python is not None else {}),
     )
+    script_check.check(config.script, strategy)  # parses, and fits the strategy? else ConfigError
     bind, advertise = _collector_address(config, collector_host) if live else (None, None)
     if bind is not None and not is_loopback(bind) and token is None:
         token = secrets.token_hex(16)
