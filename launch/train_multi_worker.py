@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=add_eval_flags)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
     replicas = strategy.num_replicas_in_sync  # [dist]
-    workers = strategy.extended._num_workers  # [dist]
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
+    workers = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1  # [dist]
     global_batch = args.batch_size * replicas  # [dist] per-replica batch x replicas
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     train = pipeline.for_strategy(  # [dist] each worker reads its own shard

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=lambda p: add_eval_flags(p, every=50))
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
     replicas = strategy.num_replicas_in_sync  # [dist]
-    workers = strategy.extended._num_workers  # [dist]
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
+    workers = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1  # [dist]
     is_first = strategy.cluster_resolver.task_id in (0, None)  # [dist] worker-0 evaluates
     global_batch = args.batch_size * replicas  # [dist] per-replica batch x replicas
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
