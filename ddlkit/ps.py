@@ -13,7 +13,9 @@ report (no TensorFlow here):
   same held-out images against training seconds (evaluation time left out);
 - :func:`time_to_accuracy` is the first training second a curve reached a target;
 - :class:`SyncAsync` puts a synchronous and an asynchronous run side by side as
-  a table and one figure (:meth:`SyncAsync.plot`);
+  a table and one figure (:meth:`SyncAsync.plot`); :class:`Comparison` (built by
+  :func:`compare_runs`) does the same for any number of runs (all-reduce, synchronous,
+  asynchronous and Downpour parameter servers: ``launch/train_ps_modes.py``);
 - :func:`throughput_around` compares examples/s before and after a step (a killed
   worker), and :func:`wait_for_step` waits until a running job reports a step.
 """
@@ -361,6 +363,139 @@ def compare(
 ) -> SyncAsync:
     """The side-by-side view of a synchronous and an asynchronous run directory."""
     return SyncAsync(load(sync_run, labels[0]), load(async_run, labels[1]), target)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Any number of runs of one model on one data set (e.g. MWMS all-reduce, synchronous,
+    asynchronous and Downpour parameter servers), side by side: a table and one figure.
+
+    ``kinds`` says how each run updates (shown in the table; "all-reduce" runs have no
+    staleness by design). The target is the lowest final accuracy minus 0.01 unless given.
+    """
+
+    runs: tuple[RunCurve, ...]
+    kinds: tuple[str, ...] = ()
+    target: float | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.runs) < 2:
+            raise DdlkitError(
+                f"a comparison needs at least two runs, got {len(self.runs)}. Fix: pass e.g. "
+                f"{{'MWMS': mwms.run_dir, 'PS async': ps_run.run_dir}}."
+            )
+        kinds = self.kinds or ("",) * len(self.runs)
+        if len(kinds) != len(self.runs):
+            raise DdlkitError(
+                f"{len(kinds)} kinds for {len(self.runs)} runs. Fix: one kind per run, or none."
+            )
+        object.__setattr__(self, "runs", tuple(self.runs))
+        object.__setattr__(self, "kinds", tuple(kinds))
+
+    @property
+    def chosen_target(self) -> float:
+        if self.target is not None:
+            return self.target
+        low = min(run.final_accuracy for run in self.runs)
+        return max(0.0, math.floor((low - 0.01) * 100) / 100)
+
+    def times_to_target(self) -> dict[str, float | None]:
+        """Training seconds each run took to reach the target (None: not reached)."""
+        return {run.label: time_to_accuracy(run.curve, self.chosen_target) for run in self.runs}
+
+    def rows(self) -> list[list[str]]:
+        rows = []
+        for run, kind in zip(self.runs, self.kinds, strict=True):
+            tta = time_to_accuracy(run.curve, self.chosen_target)
+            stale = summarize(run.staleness) if run.staleness else None
+            rows.append(
+                [
+                    run.label,
+                    kind,
+                    f"{run.final_accuracy:.4f}",
+                    f"{run.train_seconds:.1f}",
+                    "not reached" if tta is None else f"{tta:.1f}",
+                    "-" if run.examples_per_sec is None else f"{run.examples_per_sec:,.0f}",
+                    "not measured (none by design)"
+                    if stale is None
+                    else f"mean {stale.mean:.2f}, max {stale.max}, "
+                    f"{stale.stale_fraction:.0%} stale",
+                ]
+            )
+        return rows
+
+    def table_html(self) -> str:
+        head = ("run", "updates", "final eval acc", "train s", f"s to {self.chosen_target:.2f}")
+        return html_table((*head, "examples/s", "staleness"), self.rows())
+
+    def __repr__(self) -> str:
+        return "\n".join(" | ".join(r) for r in self.rows())
+
+    def plot(self, path: str | Path | None = None):
+        """Left: held-out accuracy against training seconds of every run. Right: the share
+        of updates (steps or pushes) with each staleness, one bar group per measured run."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(12, 3.8), dpi=100)
+        FigureCanvasAgg(fig)
+        left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3, 2)})
+        for i, run in enumerate(self.runs):
+            marker = "os^vDP*X"[i % 8]
+            left.plot(
+                [p.train_seconds for p in run.curve],
+                [p.accuracy for p in run.curve],
+                f"{marker}-",
+                label=run.label,
+            )
+        left.axhline(self.chosen_target, color="grey", linestyle=":", linewidth=1)
+        left.set_xlabel("training seconds (evaluation excluded)")
+        left.set_ylabel("held-out accuracy")
+        left.set_title("time to accuracy")
+        left.legend(loc="lower right", fontsize="small")
+        measured = [run for run in self.runs if run.staleness]
+        width = 0.8 / max(1, len(measured))
+        for i, run in enumerate(measured):
+            hist = counts(list(run.staleness))
+            total = sum(hist.values())
+            right.bar(
+                [int(k) + (i - (len(measured) - 1) / 2) * width for k in hist],
+                [n / total for n in hist.values()],
+                width=width,
+                label=run.label,
+                color=f"C{self.runs.index(run)}",
+            )
+        right.set_xlabel("staleness: other updates between read and apply")
+        right.set_ylabel("share of updates")
+        right.set_title("gradient staleness")
+        if measured:
+            right.legend(fontsize="small")
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path)
+        return fig
+
+    def png(self) -> bytes:
+        buffer = io.BytesIO()
+        self.plot().savefig(buffer, format="png")
+        return buffer.getvalue()
+
+    def _repr_html_(self) -> str:
+        image = base64.b64encode(self.png()).decode()
+        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
+
+
+def compare_runs(
+    runs: Mapping[str, str | Path | tuple[str | Path, str]], *, target: float | None = None
+) -> Comparison:
+    """The :class:`Comparison` of run directories, ``{label: run_dir}`` or
+    ``{label: (run_dir, kind)}``, in the order given."""
+    curves, kinds = [], []
+    for label, where in runs.items():
+        run_dir, kind = where if isinstance(where, tuple) else (where, "")
+        curves.append(load(run_dir, label))
+        kinds.append(kind)
+    return Comparison(tuple(curves), tuple(kinds), target)
 
 
 def throughput_around(records: Iterable, step: int, worker: str = "chief-0") -> tuple[float, float]:

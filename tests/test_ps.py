@@ -173,3 +173,57 @@ def test_throughput_around_a_step_leaves_out_the_first_record():
     assert ps.throughput_around(records, 40) == (410.0, 300.0)
     with pytest.raises(DdlkitError, match="kill later"):
         ps.throughput_around(records, 10)
+
+
+def test_comparison_of_four_runs_one_table_one_figure(tmp_path):
+    dirs = {name: tmp_path / name for name in ("mwms", "sync", "async", "downpour")}
+    _write_run(
+        dirs["mwms"], [_eval("worker-0", 0, 0, 0.0, 0.1), _eval("worker-0", 1, 10, 4.0, 0.95)], {}
+    )
+    _write_run(
+        dirs["sync"],
+        [_eval("chief-0", 0, 0, 0.0, 0.1), _eval("chief-0", 1, 10, 5.0, 0.94)],
+        {"chief-0": {"staleness_counts": {"0": 4}}},
+    )
+    _write_run(
+        dirs["async"],
+        [_eval("chief-0", 0, 0, 0.0, 0.1), _eval("chief-0", 1, 10, 3.0, 0.93)],
+        {"chief-0": {"staleness_counts": {"0": 1, "1": 3}}},
+    )
+    _write_run(
+        dirs["downpour"],
+        [_eval("chief-0", 0, 0, 0.0, 0.1), _eval("chief-0", 1, 10, 8.0, 0.90)],
+        {"chief-0": {"staleness_counts": {"0": 1, "1": 0, "2": 1}}},
+    )
+    view = ps.compare_runs(
+        {
+            "MWMS": (dirs["mwms"], "all-reduce"),
+            "sync PS": (dirs["sync"], "synchronous"),
+            "async PS": dirs["async"],
+            "Downpour": (dirs["downpour"], "Downpour"),
+        }
+    )
+    assert view.kinds == ("all-reduce", "synchronous", "", "Downpour")
+    assert view.chosen_target == 0.89  # the lowest final accuracy (0.90) less 0.01
+    assert view.times_to_target() == {"MWMS": 4.0, "sync PS": 5.0, "async PS": 3.0, "Downpour": 8.0}
+    rows = view.rows()
+    assert [r[0] for r in rows] == ["MWMS", "sync PS", "async PS", "Downpour"]
+    assert rows[0][6] == "not measured (none by design)"
+    assert rows[1][6] == "mean 0.00, max 0, 0% stale"
+    assert rows[2][6] == "mean 0.75, max 1, 75% stale"
+    fig = view.plot()
+    left, right = fig.axes
+    assert len(left.get_lines()) == 5  # four curves and the target line
+    # shares of updates: sync [1.0], async [0.25, 0.75], Downpour [0.5, 0.0, 0.5]
+    assert [round(p.get_height(), 2) for p in right.patches] == [1.0, 0.25, 0.75, 0.5, 0.0, 0.5]
+    assert ps.Comparison(view.runs, target=0.96).rows()[0][4] == "not reached"
+    assert "<table>" in view._repr_html_()
+
+
+def test_comparison_needs_two_runs_and_one_kind_per_run(tmp_path):
+    _write_run(tmp_path / "a", [_eval("chief-0", 0, 0, 0.0, 0.5)], {})
+    run = ps.load(tmp_path / "a")
+    with pytest.raises(DdlkitError, match="at least two runs"):
+        ps.Comparison((run,))
+    with pytest.raises(DdlkitError, match="one kind per run"):
+        ps.Comparison((run, run), kinds=("sync",))
