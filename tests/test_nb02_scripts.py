@@ -1,0 +1,142 @@
+"""Notebook 02's worker script, run by hand where ddlkit cannot be imported.
+
+``workers/mwms_worker.py`` is taken out of the committed notebook and started as two
+processes with hand-written ``TF_CONFIG`` (what the notebook's "by hand" cell tells a
+learner to do). Both must finish and print the same test accuracy; the chief alone must
+leave the SavedModel in TensorFlow Serving's layout, and its ``serving_default`` signature
+(uint8 images in) must reproduce that accuracy exactly.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+
+from ddlkit import settings
+from ddlkit.cluster.ports import free_ports
+
+NOTEBOOK = NOTEBOOKS / "02_multi_worker_mirrored.ipynb"
+SCRIPT = "workers/mwms_worker.py"
+PRINTED = re.compile(r"^worker (\d+) test accuracy (\d\.\d{4})$", re.MULTILINE)
+TIMEOUT = 900  # seconds; two TensorFlow processes on a loaded 2-core machine
+
+# Loads the exported model the way a server does (no Keras) and counts right answers.
+SERVE_CHECK = """
+import sys
+import numpy as np
+import tensorflow as tf
+export, data = sys.argv[1:]
+with np.load(data) as f:
+    x, y = f["x_test"], f["y_test"]
+serve = tf.saved_model.load(export).signatures["serving_default"]
+spec = serve.structured_input_signature[1]["images"]
+print("input", spec.dtype.name, spec.shape.as_list())
+classes = serve(images=tf.constant(x))["classes"].numpy()
+print("right", int((classes == y).sum()), len(y))
+"""
+
+
+def test_script_is_plain_tensorflow_with_an_optional_ddlkit_block():
+    text = extract(NOTEBOOK)[SCRIPT]
+    tree = ast.parse(text)
+    private = [
+        f"line {n.lineno}: .{n.attr}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
+    ]
+    assert not private, f"private attributes in {SCRIPT}: {private}"
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers
+        ):
+            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    imports = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        and any(
+            (getattr(n, "module", None) or alias.name).split(".")[0] == "ddlkit"
+            for alias in n.names
+        )
+    ]
+    assert imports, "the optional live-metrics block is gone"
+    assert all(id(n) in guarded for n in imports), "ddlkit imported outside try/except ImportError"
+    top = [ast.unparse(n) for n in tree.body]
+    keras = next(i for i, line in enumerate(top) if "TF_USE_LEGACY_KERAS" in line)
+    assert keras < top.index("import tensorflow as tf"), "tf-keras must be chosen before TF loads"
+    assert 'if __name__ == "__main__"' in text and "def main()" in text
+
+
+def _start(script: Path, index: int, ports: list[int], args: list[str], tmp_path: Path):
+    tf_config = {
+        "cluster": {"worker": [f"localhost:{port}" for port in ports]},
+        "task": {"type": "worker", "index": index},
+    }
+    env = no_ddlkit_env(tmp_path, TF_CONFIG=json.dumps(tf_config))
+    log = (tmp_path / f"worker-{index}.log").open("w")
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the finally below ends all of it
+    )
+
+
+@pytest.mark.slow
+def test_two_workers_by_hand_and_the_served_model(tmp_path):
+    data = settings.data_dir() / "mnist.npz"
+    if not data.exists():
+        pytest.skip(f"{data} is missing: prepare it with `python -m ddlkit.data prepare`")
+    script = write_scripts(NOTEBOOK, tmp_path)[SCRIPT]
+    out = tmp_path / "out"
+    args = ["--epochs", "1", "--steps-per-epoch", "20", "--out", str(out)]
+    ports = free_ports(2)
+    procs = []
+    try:
+        for index in range(2):
+            procs.append(_start(script, index, ports, args, tmp_path))
+        codes = [p.wait(timeout=TIMEOUT) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], "\n\n".join(log[-3000:] for log in logs)
+    printed = [PRINTED.findall(log) for log in logs]
+    assert printed[0] and printed[1], "\n\n".join(log[-2000:] for log in logs)
+    (w0, acc0), (w1, acc1) = printed[0][-1], printed[1][-1]
+    assert (w0, w1) == ("0", "1")
+    assert acc0 == acc1, "model.evaluate under MWMS all-reduces: both workers print one number"
+    assert float(acc0) > 0.5, f"20 steps of Adam reach well above chance, got {acc0}"
+
+    # Chief-only files: the export in <model>/<version>/, no worker's temp dir left over.
+    export = out / "mnist" / "1"
+    assert (export / "saved_model.pb").is_file()
+    assert not list(out.glob("workertemp_*")), sorted(p.name for p in out.iterdir())
+    assert (out / "logs" / "train").is_dir()
+
+    check = subprocess.run(
+        [sys.executable, "-c", SERVE_CHECK, str(export), str(data)],
+        cwd=tmp_path,
+        env=no_ddlkit_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "input uint8 [None, 28, 28]" in check.stdout, check.stdout
+    right, total = map(int, re.search(r"right (\d+) (\d+)", check.stdout).groups())
+    assert f"{right / total:.4f}" == acc0, (right, total, acc0)
