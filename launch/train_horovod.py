@@ -1,8 +1,10 @@
 """Train a CNN with Horovod and tf-keras: one process per rank, started by horovodrun.
 
 Lines that exist only for distribution carry a ``[dist]`` comment; everything else
-is launch/train_single.py, plus a few numbers in the report that the tests and
-notebook 05 check (final loss and learning rate, a checksum of the weights).
+is launch/train_single.py, plus a few numbers in the report that the tests check
+(final loss and learning rate, a checksum of the weights). On a host with GPUs each
+rank sees only its own, ``gpus[hvd.local_rank()]`` with memory growth: ``dkh.init()``
+pins it (ddlkit.horovod.gpus), as Horovod's recipe does by hand.
 
 Launch:
     ddlkit launch --strategy horovod -n 2 launch/train_horovod.py -- --epochs 1
@@ -38,7 +40,7 @@ def _flags(parser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=_flags)
-    hvd = dkh.init()  # [dist] rank-N for metrics, dies with horovodrun, hvd.init()
+    hvd = dkh.init()  # [dist] hvd.init(), own GPU (gpus[local_rank]) if any, rank-N metrics
     ranks = hvd.size()  # [dist]
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     train = pipeline.for_horovod(  # [dist] each rank reads its own shard

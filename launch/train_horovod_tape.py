@@ -3,6 +3,7 @@
 Horovod 0.28.1's tape and broadcast fail on Keras 3 variables; ddlkit.horovod's
 wrappers hand Horovod the tf.Variables inside them, so the same loop runs on both
 Keras versions. Lines that exist only for distribution carry a ``[dist]`` comment.
+On a host with GPUs ``dkh.init()`` pins each rank to ``gpus[hvd.local_rank()]``.
 
 Launch (DDLKIT_KERAS=3 for Keras 3; the default is tf-keras):
     DDLKIT_KERAS=3 ddlkit launch --strategy horovod -n 2 launch/train_horovod_tape.py -- --epochs 1
@@ -40,7 +41,7 @@ def checksum(variables) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=_flags)
-    hvd = dkh.init()  # [dist] rank-N for metrics, dies with horovodrun, hvd.init()
+    hvd = dkh.init()  # [dist] hvd.init(), own GPU (gpus[local_rank]) if any, rank-N metrics
     rank, ranks = hvd.rank(), hvd.size()  # [dist]
     keras = backend.keras()
     (x_train, y_train), (x_test, y_test) = dk_data.load(args.dataset)
