@@ -1,0 +1,146 @@
+"""Notebook 05's Horovod scripts, run by hand under horovodrun where ddlkit cannot be imported.
+
+``workers/hvd_hello.py`` and ``workers/hvd_worker.py`` are taken out of the committed
+notebook and started as the notebook tells a learner to:
+``horovodrun -np 2 -H localhost:2 --gloo python workers/<script>.py``, with an environment
+in which ``import ddlkit`` fails (horovodrun passes its environment on to every rank, which a
+probe checks). Both ranks must print what the notebook shows, and no process may be left.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from procutil import marked_pids, wait_until
+
+from ddlkit import settings
+from ddlkit.launch import plan
+
+NOTEBOOK = NOTEBOOKS / "05_horovod.ipynb"
+HELLO, WORKER = "workers/hvd_hello.py", "workers/hvd_worker.py"
+TIMEOUT = 900  # seconds; two TensorFlow ranks on a loaded 2-core machine
+RANK_LINE = re.compile(r"^\[(\d)\]<stdout>:(.*)$", re.MULTILINE)
+
+PROBE = """
+import os
+try:
+    import ddlkit
+    print("rank", os.environ["HOROVOD_RANK"], "ddlkit importable", flush=True)
+except ImportError as error:
+    print("rank", os.environ["HOROVOD_RANK"], "ImportError:", error, flush=True)
+"""
+
+
+def _stdout_by_rank(output: str) -> dict[int, list[str]]:
+    """horovodrun's ``[rank]<stdout>:line`` lines, grouped by rank."""
+    lines: dict[int, list[str]] = {}
+    for rank, line in RANK_LINE.findall(output):
+        lines.setdefault(int(rank), []).append(line)
+    return lines
+
+
+def _horovodrun(script: Path, *args: str, tmp_path: Path) -> str:
+    horovodrun = plan.find_horovodrun(sys.executable)
+    assert horovodrun, "Horovod is not installed. Fix: scripts/build-horovod.sh .venv/bin/python"
+    argv = [horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script)]
+    proc = subprocess.run(
+        [*argv, *args],
+        env=no_ddlkit_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    # horovodrun has returned; its ranks must be gone too.
+    assert wait_until(lambda: not marked_pids(str(script)), timeout=10), marked_pids(str(script))
+    return output
+
+
+def test_scripts_import_tensorflow_and_horovod_and_ddlkit_only_guarded():
+    scripts = extract(NOTEBOOK)
+    assert set(scripts) == {HELLO, WORKER}
+    for name, text in scripts.items():
+        tree = ast.parse(text)
+        assert ast.get_docstring(tree) and "horovodrun -np 2 -H localhost:2" in text, name
+        assert 'if __name__ == "__main__"' in text and "def main()" in text, name
+        roots = {
+            (getattr(node, "module", None) or alias.name).split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        assert roots <= {"argparse", "os", "horovod", "numpy", "tensorflow", "ddlkit"}, roots
+    worker = scripts[WORKER]
+    assert 30 <= len(worker.splitlines()) <= 80
+    for call in (
+        'tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")',
+        "tf.config.experimental.set_memory_growth(gpu, True)",
+        "hvd.size()",
+        "backward_passes_per_step=",
+        "compression=",
+        "hvd.callbacks.BroadcastGlobalVariablesCallback(0)",
+        "if hvd.rank() == 0:",
+    ):
+        assert call in worker, call
+    assert "MetricAverageCallback" not in worker  # fails on tf-keras 2.21 (STACK.md)
+    top = [ast.unparse(n) for n in ast.parse(worker).body]
+    keras = next(i for i, line in enumerate(top) if "TF_USE_LEGACY_KERAS" in line)
+    assert keras < top.index("import tensorflow as tf"), "tf-keras must be chosen before TF loads"
+
+
+@pytest.mark.slow
+def test_horovodrun_passes_the_no_ddlkit_environment_to_every_rank(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    ranks = _stdout_by_rank(_horovodrun(probe, tmp_path=tmp_path))
+    assert sorted(ranks) == [0, 1]
+    for rank, lines in ranks.items():
+        assert lines == [
+            f"rank {rank} ImportError: ddlkit is not importable here on purpose: "
+            "this script must run without ddlkit"
+        ], lines
+
+
+@pytest.mark.slow
+def test_hello_prints_every_rank_and_the_allreduced_values(tmp_path):
+    script = write_scripts(NOTEBOOK, tmp_path)[HELLO]
+    ranks = _stdout_by_rank(_horovodrun(script, "--value", "2", tmp_path=tmp_path))
+    assert ranks == {
+        0: ["rank 0 of size 2, local rank 0", "rank 0 sent 2: allreduce sum 6, average 3"],
+        1: ["rank 1 of size 2, local rank 1", "rank 1 sent 4: allreduce sum 6, average 3"],
+    }
+
+
+@pytest.mark.slow
+def test_worker_trains_on_both_ranks_to_the_same_accuracy_and_rank_0_checkpoints(tmp_path):
+    script = write_scripts(NOTEBOOK, tmp_path)[WORKER]
+    data = settings.data_dir() / "mnist.npz"
+    assert data.exists(), f"{data} is missing. Fix: make install (it prepares the offline data)"
+    checkpoints = tmp_path / "ckpt"
+    args = ["--steps-per-epoch", "30", "--epochs", "2", "--backward-passes", "2", "--fp16"]
+    output = _horovodrun(
+        script, *args, "--checkpoint-dir", str(checkpoints), "--data", str(data), tmp_path=tmp_path
+    )
+    ranks = _stdout_by_rank(output)
+    accuracy = {
+        rank: re.fullmatch(rf"rank {rank} test accuracy (\d\.\d{{4}})", lines[-1])
+        for rank, lines in ranks.items()
+    }
+    assert sorted(accuracy) == [0, 1] and all(accuracy.values()), ranks
+    values = {float(m.group(1)) for m in accuracy.values()}
+    assert len(values) == 1, f"the ranks' replicas differ: {ranks}"  # same weights everywhere
+    assert values.pop() > 0.5, ranks  # 60 steps of 128 examples: far above chance (0.1)
+    progress = [line for line in ranks[0] if line.startswith("30/30")]
+    assert len(progress) == 2 and not any("30/30" in line for line in ranks[1]), ranks
+    assert sorted(p.name for p in checkpoints.glob("*.index")) == [
+        "ckpt-01.index",
+        "ckpt-02.index",
+    ]
