@@ -115,6 +115,7 @@ def test_two_workers_by_hand_and_the_served_model(tmp_path):
                 p.wait()
     logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
     assert codes == [0, 0], "\n\n".join(log[-3000:] for log in logs)
+    assert not any("ddlkit.metrics" in log for log in logs), "ddlkit was importable"
     printed = [PRINTED.findall(log) for log in logs]
     assert printed[0] and printed[1], "\n\n".join(log[-2000:] for log in logs)
     (w0, acc0), (w1, acc1) = printed[0][-1], printed[1][-1]
