@@ -338,3 +338,18 @@ def test_importing_metrics_does_not_import_tensorflow():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_train_begin_replicas_count_horovod_ranks(monkeypatch):
+    import types
+
+    from ddlkit.metrics.keras_callback import _replicas
+
+    model = types.SimpleNamespace(distribute_strategy=types.SimpleNamespace(num_replicas_in_sync=1))
+    assert _replicas(model) == 1
+    hvd = types.SimpleNamespace(is_initialized=lambda: True, size=lambda: 4)
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", hvd)
+    assert _replicas(model) == 4  # each rank trains one replica of a 4-rank job
+    hvd.is_initialized = lambda: False
+    assert _replicas(model) == 1
+    assert _replicas(object()) is None

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -269,9 +270,15 @@ class _LivePlotMixin(_ReporterMixin):
 
 
 def _replicas(model) -> int | None:
-    """The number of replicas training ``model`` in sync (1 without a strategy)."""
+    """The number of replicas training ``model`` in sync: the strategy's, times the
+    Horovod job's size when Horovod is initialised in this process (its ranks train under
+    the default one-replica strategy)."""
     strategy = getattr(model, "distribute_strategy", None)
-    return _int_or_none(getattr(strategy, "num_replicas_in_sync", None))
+    replicas = _int_or_none(getattr(strategy, "num_replicas_in_sync", None))
+    hvd = sys.modules.get("horovod.tensorflow")
+    if replicas and hvd is not None and hvd.is_initialized():
+        replicas *= int(hvd.size())
+    return replicas
 
 
 def _int_or_none(value: Any) -> int | None:
