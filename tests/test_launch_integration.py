@@ -199,3 +199,28 @@ def test_ctrl_c_in_the_cli_stops_every_worker(tmp_path):
     while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids.values() if alive(p)]
+
+
+def test_start_confines_workers_to_the_given_cores_and_adds_env(tmp_path):
+    cores = run_mod.devices.local_cores()[-1:]  # one core: two workers share it, unsplit
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import json, os\n"
+        "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)),\n"
+        "                  'flag': os.environ.get('DDLKIT_TEST_FLAG'),\n"
+        "                  'threads': os.environ.get('TF_NUM_INTRAOP_THREADS')}))\n"
+    )
+    before = (os.sched_getaffinity(0), "DDLKIT_TEST_FLAG" in os.environ)
+    run = run_mod.start(
+        script,
+        workers=2,
+        runs_dir=tmp_path,
+        live=False,
+        cores=cores,
+        env={"DDLKIT_TEST_FLAG": "on"},
+    )
+    assert run.wait(timeout=120).ok
+    for name in ("worker-0", "worker-1"):
+        (report,) = _json_lines(run.tail(name, 5))
+        assert report == {"cpus": list(cores), "flag": "on", "threads": "1"}, name
+    assert (os.sched_getaffinity(0), "DDLKIT_TEST_FLAG" in os.environ) == before

@@ -287,3 +287,87 @@ def test_a_hostfile_places_tasks_and_goes_to_horovodrun_as_a_host_list(tmp_path)
         p.LaunchConfig(script=SCRIPT, hosts="10.0.0.7:2", hostfile=hostfile)
     with pytest.raises(ConfigError, match="does not exist"):
         p.LaunchConfig(script=SCRIPT, hostfile=tmp_path / "none")
+
+
+def test_explicit_cores_confine_every_process_of_the_run_to_them():
+    cfg = p.LaunchConfig(script=SCRIPT, strategy="parameter_server", workers=2, cores=(2, 3))
+    job = p.plan(cfg, p.cluster_for(cfg), run_id="r", run_dir=Path("/tmp/r"), cores=(0, 1, 2, 3))
+    cpus = {w.name: (w.cpus, w.threads) for w in job.workers}
+    assert cpus["worker-0"] == ((2,), 1) and cpus["worker-1"] == ((3,), 1)
+    assert cpus["chief-0"] == ((2, 3), 1) and cpus["ps-0"] == ((2, 3), 1)
+    assert ("cores", "2,3") in cfg.rows()
+
+
+@pytest.mark.parametrize(
+    "strategy, workers, pin, expect",
+    [
+        ("mirrored", 2, True, [((4, 5), 2)]),
+        ("multi_worker", 3, True, [((4, 5), 1)] * 3),  # more workers than cores: not split
+        ("multi_worker", 2, False, [((4, 5), None)] * 2),  # no slices: the run's cores
+    ],
+)
+def test_explicit_cores_by_strategy(strategy, workers, pin, expect):
+    cfg = p.LaunchConfig(
+        script=SCRIPT, strategy=strategy, workers=workers, cores=(4, 5), pin_cores=pin
+    )
+    job = p.plan(cfg, p.cluster_for(cfg), run_id="r", run_dir=Path("/tmp/r"), cores=(0, 1))
+    assert [(w.cpus, w.threads) for w in job.workers] == expect
+
+
+def test_explicit_cores_reach_horovodrun_and_its_ranks():
+    from ddlkit.horovod.pinning import RANK_CPUS_VAR
+
+    cfg = p.LaunchConfig(script=SCRIPT, strategy="horovod", workers=2, cores=(6, 7))
+    job = p.plan(cfg, None, run_id="r", run_dir=Path("/tmp/r"), cores=(0,), horovodrun="/h")
+    (hvd,) = job.workers
+    assert hvd.cpus == (6, 7)  # the ranks it starts inherit them, then each pins itself
+    assert hvd.env[RANK_CPUS_VAR] == "6;7" and hvd.env["TF_NUM_INTRAOP_THREADS"] == "1"
+
+
+def test_default_cores_leave_unsliced_processes_unpinned_and_gpus_never_pinned():
+    _, job = _plan("parameter_server", cores=(0, 1))
+    assert {w.name: w.cpus for w in job.workers}["chief-0"] is None
+    cfg = p.LaunchConfig(script=SCRIPT, strategy="mirrored", workers=2, cores=(0, 1))
+    job = p.plan(cfg, None, run_id="r", run_dir=Path("/tmp/r"), gpus=("0", "1"))
+    assert job.workers[0].cpus is None
+
+
+def test_extra_env_reaches_every_worker_and_cannot_override_the_launcher():
+    env = {"HOROVOD_TIMELINE": "/tmp/t.json", "MY_TOKEN": "s3"}
+    for strategy in p.STRATEGIES:
+        cfg = p.LaunchConfig(script=SCRIPT, strategy=strategy, workers=2, env=env)
+        job = p.plan(cfg, p.cluster_for(cfg), run_id="r", run_dir=Path("/tmp/r"), horovodrun="/h")
+        for w in job.workers:
+            assert w.env["HOROVOD_TIMELINE"] == "/tmp/t.json", (strategy, w.name)
+            assert w.to_dict()["env"]["MY_TOKEN"] == "***"
+    assert ("extra env", "HOROVOD_TIMELINE=/tmp/t.json, MY_TOKEN=***") in cfg.rows()
+    with pytest.raises(ConfigError, match="env sets TF_CONFIG, which the launcher sets"):
+        p.LaunchConfig(script=SCRIPT, env={"TF_CONFIG": "{}"})
+    cfg = p.LaunchConfig(script=SCRIPT, workers=2, env={"TF_USE_LEGACY_KERAS": "0"})
+    with pytest.raises(ConfigError, match=r"env sets TF_USE_LEGACY_KERAS='0' \(launcher: '1'\)"):
+        p.plan(cfg, p.cluster_for(cfg), run_id="r", run_dir=Path("/tmp/r"))
+    cfg = p.LaunchConfig(script=SCRIPT, workers=2, env={"OMP_NUM_THREADS": "8"})
+    with pytest.raises(ConfigError, match="OMP_NUM_THREADS"):
+        p.plan(cfg, p.cluster_for(cfg), run_id="r", run_dir=Path("/tmp/r"), cores=(0, 1))
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"cores": (0, 0)}, "not a list of distinct core numbers"),
+        ({"cores": ()}, "not a list of distinct core numbers"),
+        ({"cores": "0,1"}, "is a string"),
+        ({"cores": (0,), "hosts": "10.0.0.7:2"}, "pins cores only on this machine"),
+        ({"env": {"A": 1}}, "is not a string"),
+        ({"env": "A=1"}, "is not a mapping"),
+    ],
+)
+def test_bad_cores_or_env_is_one_clear_error(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        p.LaunchConfig(script=SCRIPT, **kw)
+
+
+def test_cores_this_process_may_not_use_are_refused():
+    assert dev.check_cores((1,), (0, 1)) == (1,)
+    with pytest.raises(ConfigError, match=r"asks for \[7\], which this process may not use"):
+        dev.check_cores((1, 7), (0, 1))

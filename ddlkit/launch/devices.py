@@ -13,6 +13,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from ddlkit.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Devices:
@@ -84,6 +86,17 @@ def local_gpus() -> tuple[str, ...]:
     if out.returncode != 0:
         return ()
     return tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
+
+
+def check_cores(cores: tuple[int, ...], available: tuple[int, ...]) -> tuple[int, ...]:
+    """``cores`` if this process may use every one of them (``available``), else ConfigError."""
+    missing = sorted(set(cores) - set(available))
+    if missing:
+        raise ConfigError(
+            f"cores={list(cores)} asks for {missing}, which this process may not use (it may "
+            f"use {list(available)}). Fix: pass cores from {list(available)}, or cores=None."
+        )
+    return cores
 
 
 def local_cores() -> tuple[int, ...]:

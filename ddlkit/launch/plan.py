@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import shutil
 import sys
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from ddlkit.horovod import pinning
 from ddlkit.hosts.ssh import SshOptions
 from ddlkit.launch import devices as dev
 from ddlkit.launch.runs import log_path
-from ddlkit.launch.spec import JobSpec, WorkerSpec
+from ddlkit.launch.spec import RUN_DIR_VAR, WORKER_VAR, JobSpec, WorkerSpec, redact
 
 STRATEGIES = ("mirrored", "multi_worker", "parameter_server", "horovod")
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -30,6 +32,20 @@ STRATEGY_VAR = "DDLKIT_STRATEGY"
 REPLICAS_VAR = "DDLKIT_REPLICAS"
 BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
 HOROVOD_START_TIMEOUT = 60  # seconds horovodrun waits for every host to start its ranks
+# What the launcher sets in a worker itself: LaunchConfig.env may not set these.
+LAUNCHER_VARS = frozenset(
+    {
+        "TF_CONFIG",
+        STRATEGY_VAR,
+        REPLICAS_VAR,
+        WORKER_VAR,
+        RUN_DIR_VAR,
+        pinning.RANK_CPUS_VAR,
+        "DDLKIT_COLLECTOR",
+        "DDLKIT_TOKEN",
+        "PYTHONUNBUFFERED",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,13 @@ class LaunchConfig:
     ``--network-interface``. ``hostfile`` (``host slots=N`` lines, ``#`` comments) is parsed
     here and passed on as ``-H`` too: horovodrun's own ``-hostfile`` reader fails on
     comments, blank lines and lines without ``slots=``.
+
+    ``cores``: the cores of this machine the run may use (default: all this process may
+    use). Given explicitly, every process of the run is confined to them: compute workers
+    each to their own slice of them (``pin_cores``), processes without a slice (the PS
+    chief and ps tasks, horovodrun, or every worker with ``pin_cores=False``) to all of
+    them. ``env``: extra environment variables for every worker (e.g. HOROVOD_TIMELINE);
+    the variables the launcher sets itself cannot be overridden (ConfigError).
     """
 
     script: Path
@@ -59,6 +82,8 @@ class LaunchConfig:
     base_port: int = BASE_PORT
     network_interface: str | None = None
     hostfile: Path | None = None
+    cores: tuple[int, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -136,7 +161,60 @@ class LaunchConfig:
                     f"hosts {format_hosts(self.hosts)!r} give {slots} slots. Fix: add slots "
                     f"(e.g. -H localhost:{need}) or ask for fewer workers."
                 )
+        self._check_cores()
+        self._check_env()
         backend.keras_env(self.keras)
+
+    def _check_cores(self) -> None:
+        if self.cores is None:
+            return
+        if isinstance(self.cores, str | bytes):
+            raise ConfigError(
+                f"cores={self.cores!r} is a string. Fix: pass a list of core numbers, e.g. "
+                f"cores=(0, 1)."
+            )
+        cores = tuple(self.cores)
+        if (
+            not cores
+            or any(type(c) is not int or c < 0 for c in cores)
+            or len(set(cores)) != len(cores)
+        ):
+            raise ConfigError(
+                f"cores={self.cores!r} is not a list of distinct core numbers. Fix: pass e.g. "
+                f"cores=(0, 1), or cores=None for all the cores this process may use."
+            )
+        if self.remote:
+            raise ConfigError(
+                f"cores={cores!r} with hosts {format_hosts(self.hosts)!r}: ddlkit pins cores "
+                f"only on this machine. Fix: pass cores=None for other hosts."
+            )
+        object.__setattr__(self, "cores", cores)
+
+    def _check_env(self) -> None:
+        if not isinstance(self.env, Mapping):
+            raise ConfigError(
+                f"env={self.env!r} is not a mapping. Fix: pass a dict of variable names to "
+                f"string values, e.g. env={{'HOROVOD_TIMELINE': '/tmp/t.json'}}."
+            )
+        env = dict(self.env)
+        for key, value in env.items():
+            if not (isinstance(key, str) and key and "=" not in key and "\0" not in key):
+                raise ConfigError(
+                    f"env: {key!r} is not a valid environment variable name. "
+                    f"Fix: use a non-empty string without '=' or NUL."
+                )
+            if not isinstance(value, str) or "\0" in value:
+                raise ConfigError(
+                    f"env: {key}={value!r} is not a string. Fix: convert it with str()."
+                )
+        owned = sorted(k for k in env if k in LAUNCHER_VARS)
+        if owned:
+            raise ConfigError(
+                f"env sets {', '.join(owned)}, which the launcher sets itself for each worker. "
+                f"Fix: drop {', '.join(owned)} from env (use cores=, pin_cores=, workers=, "
+                f"strategy= to change what they say)."
+            )
+        object.__setattr__(self, "env", types.MappingProxyType(env))
 
     @property
     def processes(self) -> int:
@@ -162,6 +240,12 @@ class LaunchConfig:
             ("hosts", format_hosts(self.hosts) if self.hosts else "localhost"),
             *([("hostfile", str(self.hostfile))] if self.hostfile else []),
             ("Keras", self.keras),
+            *([("cores", ",".join(map(str, self.cores)))] if self.cores is not None else []),
+            *(
+                [("extra env", ", ".join(f"{k}={v}" for k, v in redact(self.env).items()))]
+                if self.env
+                else []
+            ),
         ]
         if self.strategy == "parameter_server":
             rows.insert(2, ("parameter servers", str(self.ps)))
@@ -244,12 +328,21 @@ def plan(
     gpus: tuple[str, ...] = (),
     horovodrun: str | None = None,
 ) -> JobSpec:
-    """The JobSpec for `config` (pure: every input is given)."""
+    """The JobSpec for `config` (pure: every input is given).
+
+    ``cores`` are this machine's; ``config.cores``, when given, replaces them and confines
+    every local process of the run to them (see `LaunchConfig`).
+    """
     run_dir = Path(run_dir)
+    confine = config.cores is not None and not gpus
+    if config.cores is not None:
+        cores = config.cores
     common = {
-        **backend.keras_env(config.keras),
-        STRATEGY_VAR: config.strategy,
-        **(extra_env or {}),
+        **config.env,
+        **_merge_checked(
+            config.env, {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
+        ),
+        **_merge_checked(config.env, extra_env or {}),
     }
     argv = (config.python, str(config.script), *config.args)
 
@@ -268,10 +361,12 @@ def plan(
         pin = config.pin_cores and host is None
         cpus = devices.cpus if pin else None
         threads = devices.threads if pin else None
+        if confine and host is None and cpus is None:  # no slice of its own: the run's cores
+            cpus = tuple(cores)
         return WorkerSpec(
             name=name,
             argv=command,
-            env={**common, **devices.env(), **env},
+            env={**common, **_merge_checked(config.env, {**devices.env(), **env})},
             cwd=run_dir / "work" / name,
             log_path=log_path(run_dir, name),
             cpus=cpus,
@@ -337,6 +432,18 @@ def plan(
                 )
             )
     return JobSpec(run_id=run_id, run_dir=run_dir, workers=tuple(workers))
+
+
+def _merge_checked(user: Mapping[str, str], planned: Mapping[str, str]) -> dict[str, str]:
+    """``planned``, after checking the user's extra env does not set any of it otherwise."""
+    clash = {k: (user[k], v) for k, v in planned.items() if k in user and user[k] != v}
+    if clash:
+        said = "; ".join(f"{k}={u!r} (launcher: {v!r})" for k, (u, v) in clash.items())
+        raise ConfigError(
+            f"env sets {said}. Fix: drop {', '.join(clash)} from env, or change the setting "
+            f"the launcher derives it from (cores=, pin_cores=, keras)."
+        )
+    return dict(planned)
 
 
 def find_horovodrun(python: str) -> str | None:

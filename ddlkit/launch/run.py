@@ -21,7 +21,7 @@ import html
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddlkit import settings
@@ -181,6 +181,8 @@ def start(
     preflight_timeout: float | None = None,
     python: str | None = None,
     hostfile: str | Path | None = None,
+    cores: Sequence[int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Run:
     """Start `script` under `strategy` with `workers` workers; returns at once.
 
@@ -194,6 +196,14 @@ def start(
     ``secrets`` unless ``token`` is given. ``python``: the kit's Python (default: this
     one's path, which every host must have too). ``hostfile``: a file of ``host slots=N``
     lines instead of ``hosts``.
+
+    ``cores``: the cores of this machine the run may use (default: all of this process's);
+    given, every process of the run is confined to them, each compute worker to its own
+    slice (``pin_cores``). ``env``: extra environment for every worker. Both are plain data
+    in the `LaunchConfig` and each `WorkerSpec`; this process's affinity and ``os.environ``
+    are left alone::
+
+        run = dk.launch.start(script, workers=2, cores=(2, 3), env={"MY_FLAG": "1"})
     """
     config = plan.LaunchConfig(
         script=Path(script),
@@ -208,9 +218,13 @@ def start(
         base_port=base_port,
         network_interface=network_interface,
         hostfile=None if hostfile is None else Path(hostfile),
+        cores=None if cores is None else tuple(cores),
+        env=dict(env or {}),
         **({"python": python} if python is not None else {}),
     )
     script_check.check(config.script, strategy)  # parses, and fits the strategy? else ConfigError
+    if config.cores is not None:
+        devices.check_cores(config.cores, devices.local_cores())
     bind, advertise = _collector_address(config, collector_host) if live else (None, None)
     if bind is not None and not is_loopback(bind) and token is None:
         token = secrets.token_hex(16)
@@ -234,7 +248,7 @@ def start(
             run_id=run_id,
             run_dir=run_dir,
             extra_env=extra_env,
-            cores=devices.local_cores(),
+            cores=devices.local_cores() if config.cores is None else config.cores,
             gpus=devices.local_gpus(),
             horovodrun=horovodrun,
         )
