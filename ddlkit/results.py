@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ddlkit import settings
+from ddlkit import contract, settings
 from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError
 
@@ -101,7 +101,13 @@ REPORT_KEYS = (
     "train_seconds",
 )
 # Whose report speaks for the run: the coordinator, else the first worker or rank.
-_SPOKESMEN = ("chief-0", "chief", "main", "worker-0", "rank-0")
+_SPOKESMEN = (
+    contract.task_name("chief", 0),
+    "chief",  # results saved before the chief was named chief-0
+    contract.MAIN,
+    contract.task_name("worker", 0),
+    contract.rank_name(0),
+)
 
 
 def from_run(
@@ -129,9 +135,10 @@ def from_run(
         records = run.records() or _records_on_disk(run.run_dir)
         if not records:
             raise DdlkitError(
-                f"run {run.run_id} has neither worker results in {run.run_dir / 'results'} nor "
-                f"metric records. Fix: wait for it to finish (run.wait()); its scripts must "
-                f"call report() from launch/_common.py or add a ddlkit KerasReporter."
+                f"run {run.run_id} has neither worker results in "
+                f"{contract.results_dir(run.run_dir)} nor metric records. Fix: wait for it "
+                f"to finish (run.wait()); its scripts must call report() from "
+                f"launch/_common.py or add a ddlkit KerasReporter."
             )
         return from_records(
             records,
@@ -271,7 +278,7 @@ def _records_on_disk(run_dir) -> list:
     """The run's JSONL records (a run without a live collector), or none."""
     from ddlkit.metrics import load_run
 
-    return load_run(run_dir) if (Path(run_dir) / "metrics").is_dir() else []
+    return load_run(run_dir) if contract.metrics_dir(run_dir).is_dir() else []
 
 
 def _worker_processes(config) -> int:
@@ -281,7 +288,7 @@ def _worker_processes(config) -> int:
 
 
 def results_dir() -> Path:
-    return settings.runs_dir() / "results"
+    return contract.saved_results_dir(settings.runs_dir())
 
 
 def save(result: Result, directory: Path | None = None) -> Path:

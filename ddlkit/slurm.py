@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ddlkit._tables import html_table
+from ddlkit.contract import RUN_DIR_VAR, TF_CONFIG_VAR, WORKER_VAR, result_path, task_name
 from ddlkit.errors import ConfigError
 
 STEP_VARS = (
@@ -68,6 +69,7 @@ INSIDE_FIX = (
 _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _PART_RE = re.compile(r"([^,\[\]]*)(?:\[([^\]]+)\])?")
 _TPN_RE = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
+CHIEF = task_name("chief", 0)  # the ParameterServerStrategy coordinator: task 0
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -301,12 +303,12 @@ def worker_env(
     from ddlkit.backend import keras_env
 
     config = tf_config_from_slurm(environ, port_base, ps)
-    directory = run_dir or environ.get("DDLKIT_RUN_DIR") or default_run_dir(environ)
+    directory = run_dir or environ.get(RUN_DIR_VAR) or default_run_dir(environ)
     return {
         **keras_env(),
-        "TF_CONFIG": json.dumps(config, sort_keys=True),
-        "DDLKIT_WORKER": f"{config['task']['type']}-{config['task']['index']}",
-        "DDLKIT_RUN_DIR": str(Path(directory).absolute()),
+        TF_CONFIG_VAR: json.dumps(config, sort_keys=True),
+        WORKER_VAR: task_name(config["task"]["type"], config["task"]["index"]),
+        RUN_DIR_VAR: str(Path(directory).absolute()),
     }
 
 
@@ -385,15 +387,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ddlkit.slurm: error: {exc}", file=sys.stderr)
         return 2
-    name = env["DDLKIT_WORKER"]
+    name = env[WORKER_VAR]
     print(
-        f"ddlkit.slurm: {name} TF_CONFIG={env['TF_CONFIG']} run_dir={env['DDLKIT_RUN_DIR']}",
+        f"ddlkit.slurm: {name} TF_CONFIG={env[TF_CONFIG_VAR]} run_dir={env[RUN_DIR_VAR]}",
         file=sys.stderr,
         flush=True,
     )
     os.environ.update(env)
-    if args.ps and not name.startswith("chief-"):
-        chief_result = Path(env["DDLKIT_RUN_DIR"]) / "results" / "chief-0.json"
+    if args.ps and name != CHIEF:
+        chief_result = result_path(env[RUN_DIR_VAR], CHIEF)
         return serve_until_chief_reports(argv_list, chief_result, name)
     os.execv(argv_list[0], argv_list)
     return 0  # not reached

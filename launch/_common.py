@@ -145,12 +145,9 @@ def report(result: dict) -> None:
         raise ValueError(f"report() lacks {', '.join(missing)}: every script reports REPORT_KEYS")
     line = json.dumps(result, sort_keys=True)
     print(f"RESULT {line}", flush=True)
-    run_dir, worker = os.environ.get("DDLKIT_RUN_DIR"), os.environ.get("DDLKIT_WORKER")
+    from ddlkit import contract
+
+    run_dir, worker = os.environ.get(contract.RUN_DIR_VAR), os.environ.get(contract.WORKER_VAR)
     if run_dir and worker:
-        path = os.path.join(run_dir, "results", f"{worker}.json")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(line)
-        os.replace(tmp, path)
+        contract.write_result(run_dir, worker, line)
     sys.stdout.flush()

@@ -10,6 +10,7 @@ import json
 import os
 
 import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
+from ddlkit import contract
 
 # isort: split
 import tensorflow as tf
@@ -18,7 +19,7 @@ import tensorflow as tf
 def main() -> int:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     report = {
-        "worker": os.environ.get("DDLKIT_WORKER"),
+        "worker": os.environ.get(contract.WORKER_VAR),
         "task_type": resolver.task_type,
         "task_id": resolver.task_id,
         "cluster": resolver.cluster_spec().as_dict(),

@@ -24,8 +24,8 @@ import tensorflow as tf  # [dist]
 from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
 from ddlkit import data, metrics, models, replicas  # [dist] replicas
+from ddlkit.contract import REPLICAS_VAR  # [dist]
 from ddlkit.data import pipeline
-from ddlkit.launch.plan import REPLICAS_VAR  # [dist]
 
 DEFAULT_REPLICAS = 2  # [dist]
 

@@ -128,7 +128,7 @@ def test_from_run_speaks_for_worker_0_and_adds_up_the_workers_steady_rates(tmp_p
 
 def test_from_run_prefers_the_chief_and_falls_back_to_the_reported_rate(tmp_path, monkeypatch):
     monkeypatch.setenv("DDLKIT_FAST", "1")
-    reports = {"worker-0": _report(test_accuracy=0.1), "chief": _report(test_accuracy=0.8)}
+    reports = {"worker-0": _report(test_accuracy=0.1), "chief-0": _report(test_accuracy=0.8)}
     r = results.from_run(_Run(tmp_path, reports), "ps", "ParameterServer", notes="2 ps")
     assert (r.test_accuracy, r.examples_per_sec, r.notes) == (0.8, 900.0, "2 ps, fast mode")
 

@@ -14,6 +14,7 @@ from ddlkit.cluster.hosts import (
     _with_more_slots,
     format_hosts,
 )
+from ddlkit.contract import WORKER_VAR, rank_name
 from ddlkit.errors import ConfigError
 
 
@@ -48,7 +49,7 @@ class HorovodSlot:
     @property
     def name(self) -> str:
         """The worker name used in files and ``DDLKIT_WORKER``: ``rank-0``, ``rank-1``, ..."""
-        return f"rank-{self.rank}"
+        return rank_name(self.rank)
 
     def env(self) -> dict[str, str]:
         """The per-process variables horovodrun sets, plus ``DDLKIT_WORKER``."""
@@ -60,7 +61,7 @@ class HorovodSlot:
             "HOROVOD_LOCAL_SIZE": str(self.local_size),
             "HOROVOD_CROSS_RANK": str(self.cross_rank),
             "HOROVOD_CROSS_SIZE": str(self.cross_size),
-            "DDLKIT_WORKER": self.name,
+            WORKER_VAR: self.name,
         }
 
 

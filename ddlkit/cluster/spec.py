@@ -35,6 +35,8 @@ from ddlkit.cluster.hosts import (
     format_hosts,
 )
 from ddlkit.cluster.ports import _pick_ports
+from ddlkit.contract import TF_CONFIG_VAR, WORKER_VAR
+from ddlkit.contract import task_name as contract_task_name
 from ddlkit.errors import ConfigError
 
 ROLES: tuple[str, ...] = ("chief", "ps", "worker", "evaluator")
@@ -88,7 +90,7 @@ class Task:
 
 def task_name(task: Task) -> str:
     """The worker name used in files and ``DDLKIT_WORKER``: ``chief-0``, ``worker-1``, ..."""
-    return f"{task.role}-{task.index}"
+    return contract_task_name(task.role, task.index)
 
 
 def _check_roles(pairs: list[tuple[str, int]]) -> None:
@@ -300,7 +302,7 @@ class ClusterSpec(_Table):
     def env(self, task: Task | str) -> dict[str, str]:
         """The cluster part of a worker's environment: ``TF_CONFIG`` and ``DDLKIT_WORKER``."""
         task = self._own(task)
-        return {"TF_CONFIG": self.tf_config_json(task), "DDLKIT_WORKER": task.name}
+        return {TF_CONFIG_VAR: self.tf_config_json(task), WORKER_VAR: task.name}
 
     def _table(self) -> tuple[str, tuple[str, ...], list[tuple[object, ...]]]:
         parts = [_plural(self.count(role), role) for role in ROLES if self.count(role)]

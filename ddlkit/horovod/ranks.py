@@ -27,13 +27,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ddlkit.contract import WORKER_VAR
+from ddlkit.contract import rank_name as rank_name  # re-exported: ddlkit.horovod.rank_name
 from ddlkit.errors import ConfigError
 
 RANK_VAR = "HOROVOD_RANK"
 # horovodrun --gloo sets HOROVOD_RANK; under horovodrun --mpi the MPI launcher sets its own.
 RANK_VARS = (RANK_VAR, "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-WORKER_VAR = "DDLKIT_WORKER"
-LAUNCHER_NAME = "horovodrun"
+LAUNCHER_NAME = "horovodrun"  # the program (its worker name is contract.HOROVODRUN)
 WATCH_INTERVAL = 0.5
 _PR_SET_PDEATHSIG = 1
 
@@ -54,11 +55,6 @@ def rank_of(environ: Mapping[str, str] | None = None) -> int | None:
             f"sets it to 0, 1, ...; do not set it by hand."
         )
     return int(value)
-
-
-def rank_name(rank: int) -> str:
-    """The worker name of a rank: ``rank-0``, ``rank-1``, ... (as ddlkit.cluster names them)."""
-    return f"rank-{rank}"
 
 
 def rank_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

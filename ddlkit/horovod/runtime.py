@@ -22,10 +22,10 @@ import importlib.util
 import os
 from types import ModuleType
 
+from ddlkit.contract import RUN_DIR_VAR
 from ddlkit.errors import DdlkitError
 from ddlkit.horovod import gpus, pinning, ranks
 
-RUN_DIR_VAR = "DDLKIT_RUN_DIR"
 INSTALL_FIX = (
     "Fix: build and install it with `scripts/build-horovod.sh .venv/bin/python` from the "
     "repository (or `make lab`); the first build takes a few minutes, later ones install "

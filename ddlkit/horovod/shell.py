@@ -16,14 +16,13 @@ variables to put in front of the command::
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddlkit import settings
+from ddlkit import contract, settings
 from ddlkit._tables import html_table
 from ddlkit.launch.runs import new_run_id
 from ddlkit.metrics import Collector, CollectorStats
@@ -74,10 +73,7 @@ class ShellLaunch:
 
     def results(self) -> dict[str, dict]:
         """What each rank saved with ``report()`` (launch/_common.py), by rank name."""
-        return {
-            p.stem: json.loads(p.read_text())
-            for p in sorted((self.run_dir / "results").glob("*.json"))
-        }
+        return contract.read_results(self.run_dir)
 
     def _repr_html_(self) -> str:
         rows = [

@@ -16,36 +16,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddlkit import backend
+from ddlkit import backend, contract
 from ddlkit._tables import html_table
 from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hostfile, parse_hosts, task_name
+from ddlkit.contract import REPLICAS_VAR, STRATEGY_VAR
 from ddlkit.errors import ConfigError
 from ddlkit.horovod import pinning
 from ddlkit.hosts.ssh import SshOptions
 from ddlkit.launch import devices as dev
 from ddlkit.launch.runs import log_path
-from ddlkit.launch.spec import RUN_DIR_VAR, WORKER_VAR, JobSpec, WorkerSpec, redact
+from ddlkit.launch.spec import JobSpec, WorkerSpec, redact
 
 STRATEGIES = ("mirrored", "multi_worker", "parameter_server", "horovod")
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-STRATEGY_VAR = "DDLKIT_STRATEGY"
-REPLICAS_VAR = "DDLKIT_REPLICAS"
 BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
 HOROVOD_START_TIMEOUT = 60  # seconds horovodrun waits for every host to start its ranks
 # What the launcher sets in a worker itself: LaunchConfig.env may not set these.
-LAUNCHER_VARS = frozenset(
-    {
-        "TF_CONFIG",
-        STRATEGY_VAR,
-        REPLICAS_VAR,
-        WORKER_VAR,
-        RUN_DIR_VAR,
-        pinning.RANK_CPUS_VAR,
-        "DDLKIT_COLLECTOR",
-        "DDLKIT_TOKEN",
-        "PYTHONUNBUFFERED",
-    }
-)
+LAUNCHER_VARS = frozenset({*contract.ENV_VARS, contract.TF_CONFIG_VAR, "PYTHONUNBUFFERED"})
 
 
 @dataclass(frozen=True)
@@ -367,7 +354,7 @@ def plan(
             name=name,
             argv=command,
             env={**common, **_merge_checked(config.env, {**devices.env(), **env})},
-            cwd=run_dir / "work" / name,
+            cwd=contract.work_dir(run_dir, name),
             log_path=log_path(run_dir, name),
             cpus=cpus,
             threads=threads,
@@ -385,7 +372,7 @@ def plan(
         else:
             devices = dev.Devices(None, len(cores) or None, gpus[: config.workers] or None)
             host = None
-        workers = [spec("main", {REPLICAS_VAR: str(config.workers)}, devices, host=host)]
+        workers = [spec(contract.MAIN, {REPLICAS_VAR: str(config.workers)}, devices, host=host)]
     elif config.strategy == "horovod":
         if horovodrun is None:
             raise ConfigError(
@@ -399,7 +386,12 @@ def plan(
         pin = config.pin_cores and not gpus and not config.remote and len(cores) >= config.workers
         env = pinning.rank_cpus_env(cores, config.workers) if pin else {}
         workers = [
-            spec("horovodrun", env, devices, command=tuple(horovodrun_argv(config, horovodrun)))
+            spec(
+                contract.HOROVODRUN,
+                env,
+                devices,
+                command=tuple(horovodrun_argv(config, horovodrun)),
+            )
         ]
     else:
         if cluster is None:

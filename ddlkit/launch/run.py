@@ -18,13 +18,12 @@ Across hosts (over SSH, checked first by `ddlkit.hosts.check_hosts`)::
 from __future__ import annotations
 
 import html
-import json
 import os
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ddlkit import settings
+from ddlkit import contract, settings
 from ddlkit.cluster import ClusterSpec, horovod_slots
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.preflight import Preflight, check_hosts
@@ -79,10 +78,7 @@ class Run:
 
     def results(self) -> dict[str, dict]:
         """What each worker saved with its final report (launch/_common.py)."""
-        out = {}
-        for path in sorted((self.run_dir / "results").glob("*.json")):
-            out[path.stem] = json.loads(path.read_text())
-        return out
+        return contract.read_results(self.run_dir)
 
     def _process_status(self) -> dict[str, dict[str, object]]:
         return {
@@ -330,8 +326,9 @@ def _ssh_shim_path(config: plan.LaunchConfig, run_dir: Path) -> str:
 
 def _progress(collector: Collector):
     def step(worker: str) -> int | None:
-        if worker == "horovodrun":  # one process for all ranks: the slowest rank's step
-            steps = [collector.latest(w) for w in collector.workers() if w.startswith("rank-")]
+        if worker == contract.HOROVODRUN:  # one process for all ranks: the slowest rank's step
+            ranks = [w for w in collector.workers() if contract.is_rank_name(w)]
+            steps = [collector.latest(w) for w in ranks]
             return min((r.step for r in steps if r is not None), default=None)
         record = collector.latest(worker)
         return None if record is None else record.step

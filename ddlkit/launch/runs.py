@@ -1,10 +1,7 @@
 """The run directory: ids, layout and ``job.json``.
 
-::
-
-    runs/<run-id>/job.json            the job spec at start, final states at the end
-    runs/<run-id>/logs/<worker>.log   each worker's stdout and stderr
-    runs/<run-id>/metrics/            written by the workers (ddlkit.metrics)
+The layout inside a run directory is the worker contract's (:mod:`ddlkit.contract`):
+``job.json``, ``logs/<worker>.log``, ``metrics/<worker>.jsonl``, ``results/<worker>.json``.
 
 Run ids sort by start time: ``20261101-153012.345-<label>-<4 hex>`` (UTC).
 """
@@ -20,10 +17,11 @@ import socket
 from pathlib import Path
 
 from ddlkit._tables import html_table, text_table
+from ddlkit.contract import JOB_FILE, NAME_PATTERN
+from ddlkit.contract import log_path as log_path  # re-exported: the run directory layout
+from ddlkit.contract import metrics_dir as metrics_dir
 from ddlkit.errors import ConfigError
-from ddlkit.launch.spec import NAME_PATTERN
 
-JOB_FILE = "job.json"
 FORMAT_VERSION = 1
 
 
@@ -41,14 +39,6 @@ def new_run_id(label: str = "", now: dt.datetime | None = None) -> str:
         raise ConfigError(f"run label {label!r} is longer than 40 characters. Fix: shorten it.")
     parts = [stamp, label, secrets.token_hex(2)] if label else [stamp, secrets.token_hex(2)]
     return "-".join(parts)
-
-
-def log_path(run_dir: Path | str, worker: str) -> Path:
-    return Path(run_dir) / "logs" / f"{worker}.log"
-
-
-def metrics_dir(run_dir: Path | str) -> Path:
-    return Path(run_dir) / "metrics"
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

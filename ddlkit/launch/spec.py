@@ -16,26 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ddlkit._tables import html_table
+from ddlkit.contract import RUN_DIR_VAR, WORKER_VAR, check_name
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions, check_host
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
-# Variables the launcher itself sets in every worker (docs/design.md, worker contract).
-WORKER_VAR = "DDLKIT_WORKER"
-RUN_DIR_VAR = "DDLKIT_RUN_DIR"
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY", re.IGNORECASE)
 _NO_GPU = ("", "-1")
-
-
-def check_name(kind: str, value: str) -> str:
-    """Return ``value`` if it is a safe file-name-like identifier, else raise ConfigError."""
-    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise ConfigError(
-            f"{kind} {value!r} is not a valid name. Fix: use 1-64 letters, digits, '.', '_' or "
-            f"'-', starting with a letter or digit (it names files under the run directory)."
-        )
-    return value
 
 
 def is_secret(name: str) -> bool:

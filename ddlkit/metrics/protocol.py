@@ -13,15 +13,18 @@ import ipaddress
 import json
 from typing import Any
 
+from ddlkit.contract import (  # re-exported: the worker contract's variables
+    COLLECTOR_VAR as COLLECTOR_VAR,
+)
+from ddlkit.contract import RUN_DIR_VAR as RUN_DIR_VAR
+from ddlkit.contract import TOKEN_VAR as TOKEN_VAR
+from ddlkit.contract import WORKER_VAR as WORKER_VAR
+from ddlkit.contract import is_name
 from ddlkit.errors import ConfigError, RecordError
-from ddlkit.metrics.records import VERSION, WORKER_PATTERN
+from ddlkit.metrics.records import VERSION
 
 HELLO = "ddlkit-metrics"
 MAX_HELLO = 4096
-COLLECTOR_VAR = "DDLKIT_COLLECTOR"
-TOKEN_VAR = "DDLKIT_TOKEN"
-RUN_DIR_VAR = "DDLKIT_RUN_DIR"
-WORKER_VAR = "DDLKIT_WORKER"
 
 
 def hello_line(worker: str, token: str) -> bytes:
@@ -42,7 +45,7 @@ def parse_hello(line: bytes) -> tuple[str, str]:
     if data.get("v") != VERSION:
         raise RecordError(f"hello version {data.get('v')!r} is not {VERSION}")
     worker, token = data.get("worker"), data.get("token")
-    if not isinstance(worker, str) or not WORKER_PATTERN.fullmatch(worker):
+    if not is_name(worker):
         raise RecordError(f"hello has an invalid worker name {worker!r}")
     if not isinstance(token, str):
         raise RecordError("hello has no token")

@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ddlkit import contract
 from ddlkit.errors import RecordError
 
 VERSION = 1
 KINDS = ("step", "epoch", "event")
-WORKER_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+WORKER_PATTERN = contract.NAME_PATTERN  # the launcher's rule: a record is any worker's
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 MAX_ENTRIES = 64
 MAX_TEXT = 1000

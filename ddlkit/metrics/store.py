@@ -1,4 +1,4 @@
-"""JSONL files of metric records: ``<run_dir>/metrics/<worker>.jsonl``.
+"""JSONL files of metric records: ``<run_dir>/metrics/<worker>.jsonl`` (ddlkit.contract).
 
 Workers append one record per line and flush after each, so a record a
 worker made is on disk even if the notebook, the collector or the connection
@@ -11,21 +11,10 @@ import os
 import warnings
 from pathlib import Path
 
+from ddlkit.contract import METRICS_DIR, METRICS_SUFFIX, metrics_dir
+from ddlkit.contract import metrics_path as metrics_path  # re-exported
 from ddlkit.errors import ConfigError, RecordError
-from ddlkit.metrics.records import WORKER_PATTERN, Record
-
-METRICS_DIR = "metrics"
-SUFFIX = ".jsonl"
-
-
-def metrics_path(run_dir: str | os.PathLike, worker: str) -> Path:
-    """Where ``worker``'s records live in ``run_dir`` (pure)."""
-    if not WORKER_PATTERN.fullmatch(worker):
-        raise ConfigError(
-            f"worker name {worker!r} cannot name a metrics file. Fix: use 1-64 letters, digits, "
-            f"'_', '.' or '-' not starting with '.' or '-', e.g. 'worker-0'."
-        )
-    return Path(run_dir) / METRICS_DIR / f"{worker}{SUFFIX}"
+from ddlkit.metrics.records import Record
 
 
 class JsonlWriter:
@@ -109,14 +98,14 @@ def load_run(run_dir: str | os.PathLike) -> list[Record]:
     Lines that are not valid records (e.g. the last line of a worker killed
     while writing) are skipped with one warning per file naming the lines.
     """
-    directory = Path(run_dir) / METRICS_DIR
+    directory = metrics_dir(run_dir)
     if not directory.is_dir():
         raise ConfigError(
             f"{Path(run_dir)} has no {METRICS_DIR}/ directory, so it holds no metric records. "
             f"Fix: pass a run directory written by ddlkit (see `ddlkit runs`)."
         )
     records: list[Record] = []
-    for path in sorted(directory.glob(f"*{SUFFIX}")):
+    for path in sorted(directory.glob(f"*{METRICS_SUFFIX}")):
         found, bad = read_jsonl(path)
         if bad:
             shown = ", ".join(str(n) for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
