@@ -19,6 +19,7 @@ _SUBMODULES = {
     "backend",
     "bench",
     "cluster",
+    "contract",
     "data",
     "env",
     "errors",
@@ -36,6 +37,7 @@ _SUBMODULES = {
     "results",
     "settings",
     "slurm",
+    "strategies",
 }
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ddlkit import contract, settings
+from ddlkit import contract, settings, strategies
 from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError
 
@@ -100,7 +101,8 @@ REPORT_KEYS = (
     "test_accuracy",
     "train_seconds",
 )
-# Whose report speaks for the run: the coordinator, else the first worker or rank.
+# Whose record speaks for a run of unknown strategy (from_records): the coordinator, else
+# the first worker or rank. A launched run's strategy says it (ddlkit.strategies).
 _SPOKESMEN = (
     contract.task_name("chief", 0),
     "chief",  # results saved before the chief was named chief-0
@@ -130,6 +132,7 @@ def from_run(
     only adds a ``KerasReporter`` to its callbacks has no report: then everything comes from
     its records (:func:`from_records`), and ``dataset`` must be given.
     """
+    impl = strategies.get(run.config.strategy)  # its conventions: speaker, process count
     reports = run.results()
     if not reports:
         records = run.records() or _records_on_disk(run.run_dir)
@@ -145,13 +148,15 @@ def from_run(
             name,
             strategy,
             dataset=dataset,
-            workers=_worker_processes(run.config),
+            workers=impl.result_processes(run.config),
             global_batch=global_batch,
             worker=worker,
             notes=notes,
+            speakers=impl.speakers,
         )
     if worker is None:
-        worker = next((w for w in _SPOKESMEN if w in reports), sorted(reports)[0])
+        # whose report speaks for the run: the strategy says (ddlkit.strategies)
+        worker = impl.speaker(list(reports))
     if worker not in reports:
         raise DdlkitError(
             f"run {run.run_id} has no result from {worker!r}. Fix: use one of "
@@ -175,7 +180,7 @@ def from_run(
         name=name,
         strategy=strategy,
         dataset=str(report["dataset"]),
-        workers=_worker_processes(run.config),
+        workers=impl.result_processes(run.config),
         replicas=int(report["replicas"]),
         global_batch=int(report["global_batch"]),
         epochs=float(report["epochs"]),
@@ -198,6 +203,7 @@ def from_records(
     global_batch: int | None = None,
     worker: str | None = None,
     notes: str = "",
+    speakers: Sequence[str] = _SPOKESMEN,
 ) -> Result:
     """A Result from the records a ``KerasReporter`` sends (pure).
 
@@ -221,9 +227,7 @@ def from_records(
             events.setdefault(r.worker, {}).setdefault(r.name, []).append(r)
     evaluated = sorted(w for w, e in events.items() if "evaluate" in e)
     if worker is None:
-        worker = next(
-            (w for w in _SPOKESMEN if w in evaluated), evaluated[0] if evaluated else None
-        )
+        worker = next((w for w in speakers if w in evaluated), evaluated[0] if evaluated else None)
     if worker is None or "evaluate" not in events.get(worker, {}):
         raise DdlkitError(
             f"result {name!r}: no 'evaluate' event from {worker or 'any worker'} "
@@ -279,12 +283,6 @@ def _records_on_disk(run_dir) -> list:
     from ddlkit.metrics import load_run
 
     return load_run(run_dir) if contract.metrics_dir(run_dir).is_dir() else []
-
-
-def _worker_processes(config) -> int:
-    """Compute processes of a launched run: MirroredStrategy is one process, whatever its
-    replica count (``config.workers``); other strategies run one process per worker."""
-    return 1 if config.strategy == "mirrored" else config.workers
 
 
 def results_dir() -> Path:

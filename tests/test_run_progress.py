@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ddlkit import strategies
 from ddlkit.launch.run import _progress
 from ddlkit.metrics import Record
 
@@ -21,11 +22,12 @@ class _Collector:
 
 
 def test_a_worker_shows_its_own_latest_step():
-    step = _progress(_Collector({"worker-0": 7, "worker-1": 9}))
+    step = _progress(_Collector({"worker-0": 7, "worker-1": 9}), strategies.get("multi_worker"))
     assert (step("worker-0"), step("worker-1"), step("worker-2")) == (7, 9, None)
 
 
 def test_horovodrun_shows_its_slowest_rank():
-    step = _progress(_Collector({"rank-0": 12, "rank-1": 10, "other": 1}))
+    horovod = strategies.get("horovod")  # the strategy whose launcher stands for its ranks
+    step = _progress(_Collector({"rank-0": 12, "rank-1": 10, "other": 1}), horovod)
     assert step("horovodrun") == 10
-    assert _progress(_Collector({}))("horovodrun") is None
+    assert _progress(_Collector({}), horovod)("horovodrun") is None

@@ -7,42 +7,46 @@
 Modules: :mod:`.spec` (what to run, pure data), :mod:`.process` (the one place that
 forks, signals and reaps), :mod:`.job` (the running job), :mod:`.status` (worker
 states, results, the live table), :mod:`.runs` (run ids, run directory layout,
-``job.json``), :mod:`.remote` (the local ``ssh`` command of a worker on another host).
+``job.json``), :mod:`.remote` (the local ``ssh`` command of a worker on another host),
+:mod:`.plan` (a `LaunchConfig` to a `JobSpec`, through :mod:`ddlkit.strategies`),
+:mod:`.run` (``start()``: plan, collector, job).
+
+The names below load on first use, so importing one module of this package (e.g.
+``ddlkit.launch.spec`` from a strategy) does not import the others.
 """
 
 from __future__ import annotations
 
-from ddlkit.launch.job import Job
-from ddlkit.launch.plan import STRATEGIES, LaunchConfig
-from ddlkit.launch.run import Run, start
-from ddlkit.launch.runs import (
-    RunInfo,
-    list_runs,
-    log_path,
-    metrics_dir,
-    new_run_id,
-    runs_table,
-)
-from ddlkit.launch.spec import JobSpec, WorkerSpec, thread_env, worker_env
-from ddlkit.launch.status import JobResult, StatusTable, WorkerStatus
+import importlib
 
-__all__ = [
-    "Job",
-    "JobResult",
-    "JobSpec",
-    "LaunchConfig",
-    "Run",
-    "STRATEGIES",
-    "RunInfo",
-    "StatusTable",
-    "WorkerSpec",
-    "WorkerStatus",
-    "list_runs",
-    "log_path",
-    "metrics_dir",
-    "new_run_id",
-    "runs_table",
-    "start",
-    "thread_env",
-    "worker_env",
-]
+from ddlkit._lazy import lazy_attributes
+
+_LAZY = {
+    "Job": "ddlkit.launch.job",
+    "JobResult": "ddlkit.launch.status",
+    "JobSpec": "ddlkit.launch.spec",
+    "LaunchConfig": "ddlkit.launch.plan",
+    "Run": "ddlkit.launch.run",
+    "STRATEGIES": "ddlkit.launch.plan",
+    "RunInfo": "ddlkit.launch.runs",
+    "StatusTable": "ddlkit.launch.status",
+    "WorkerSpec": "ddlkit.launch.spec",
+    "WorkerStatus": "ddlkit.launch.status",
+    "list_runs": "ddlkit.launch.runs",
+    "log_path": "ddlkit.launch.runs",
+    "metrics_dir": "ddlkit.launch.runs",
+    "new_run_id": "ddlkit.launch.runs",
+    "runs_table": "ddlkit.launch.runs",
+    "start": "ddlkit.launch.run",
+    "thread_env": "ddlkit.launch.spec",
+    "worker_env": "ddlkit.launch.spec",
+}
+_MODULES = ("devices", "job", "plan", "process", "remote", "run", "runs", "spec", "status")
+__all__ = sorted(_LAZY)
+_getattr, __dir__ = lazy_attributes(__name__, _LAZY, globals(), [*__all__, *_MODULES])
+
+
+def __getattr__(name: str):
+    if name in _MODULES:  # dk.launch.plan, dk.launch.devices, ... as before
+        return importlib.import_module(f"{__name__}.{name}")
+    return _getattr(name)

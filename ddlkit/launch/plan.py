@@ -9,28 +9,28 @@ starts a process; `ddlkit.launch.run` does.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddlkit import backend, contract
+from ddlkit import backend, contract, strategies
 from ddlkit._tables import html_table
-from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hostfile, parse_hosts, task_name
-from ddlkit.contract import REPLICAS_VAR, STRATEGY_VAR
+from ddlkit.cluster import ClusterSpec, Host, format_hosts, parse_hostfile, parse_hosts
+from ddlkit.contract import REPLICAS_VAR as REPLICAS_VAR  # re-exported
+from ddlkit.contract import STRATEGY_VAR
 from ddlkit.errors import ConfigError
-from ddlkit.horovod import pinning
 from ddlkit.hosts.ssh import SshOptions
-from ddlkit.launch import devices as dev
-from ddlkit.launch.runs import log_path
-from ddlkit.launch.spec import JobSpec, WorkerSpec, redact
+from ddlkit.launch.spec import JobSpec, redact
+from ddlkit.strategies.base import Planner, merge_checked
+from ddlkit.strategies.horovod import START_TIMEOUT as HOROVOD_START_TIMEOUT  # noqa: F401
+from ddlkit.strategies.horovod import find_horovodrun as find_horovodrun
+from ddlkit.strategies.horovod import horovodrun_argv as horovodrun_argv
 
-STRATEGIES = ("mirrored", "multi_worker", "parameter_server", "horovod")
+STRATEGIES = strategies.BUILTIN  # ddlkit.strategies.names(): the registered ones
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
-HOROVOD_START_TIMEOUT = 60  # seconds horovodrun waits for every host to start its ranks
 # What the launcher sets in a worker itself: LaunchConfig.env may not set these.
 LAUNCHER_VARS = frozenset({*contract.ENV_VARS, contract.TF_CONFIG_VAR, "PYTHONUNBUFFERED"})
 
@@ -73,10 +73,7 @@ class LaunchConfig:
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(
-                f"unknown strategy {self.strategy!r}. Fix: use one of {', '.join(STRATEGIES)}."
-            )
+        strategy = strategies.get(self.strategy)  # ConfigError naming the known ones
         if type(self.workers) is not int or self.workers < 1:
             raise ConfigError(
                 f"workers={self.workers!r}: a job needs at least one worker. "
@@ -109,13 +106,6 @@ class LaunchConfig:
             hosts = tuple(hosts)
             remote = [h.name for h in hosts if h.name not in LOCAL_NAMES]
             local = [h.name for h in hosts if h.name in LOCAL_NAMES]
-            if remote and self.strategy == "mirrored" and len(hosts) > 1:
-                raise ConfigError(
-                    f"mirrored runs one process, on one host, but the hosts name "
-                    f"{', '.join(h.name for h in hosts)}. Fix: give one host (e.g. "
-                    f"-H {hosts[0].name}:1), or use multi_worker (or horovod) to train across "
-                    f"hosts."
-                )
             if remote and local:
                 raise ConfigError(
                     f"hosts {format_hosts(hosts)!r} mix this machine ({', '.join(local)}) with "
@@ -133,12 +123,7 @@ class LaunchConfig:
                 f"base_port={self.base_port!r}: TensorFlow servers need unprivileged ports. "
                 f"Fix: pass a port from 1024 to {65535 - 64}, e.g. {BASE_PORT}."
             )
-        if self.strategy == "parameter_server":
-            if type(self.ps) is not int or self.ps < 1:
-                raise ConfigError(
-                    f"ps={self.ps!r}: ParameterServerStrategy needs at least one parameter "
-                    f"server. Fix: pass --ps 1 or more."
-                )
+        strategy.check(self)
         if self.hosts is not None:
             slots = sum(h.slots for h in self.hosts)
             need = self.processes
@@ -206,11 +191,12 @@ class LaunchConfig:
     @property
     def processes(self) -> int:
         """How many processes the strategy starts (horovodrun's ranks counted)."""
-        if self.strategy == "mirrored":
-            return 1
-        if self.strategy == "parameter_server":
-            return self.workers + self.ps + 1
-        return self.workers
+        return self.strategy_impl.processes(self)
+
+    @property
+    def strategy_impl(self) -> strategies.Strategy:
+        """The registered strategy that plans this config (ddlkit.strategies)."""
+        return strategies.get(self.strategy)
 
     @property
     def remote(self) -> bool:
@@ -221,6 +207,7 @@ class LaunchConfig:
         rows = [
             ("strategy", self.strategy),
             ("workers", str(self.workers)),
+            *self.strategy_impl.rows(self),
             ("processes", str(self.processes)),
             ("script", str(self.script)),
             ("args", " ".join(self.args) or "(none)"),
@@ -234,18 +221,13 @@ class LaunchConfig:
                 else []
             ),
         ]
-        if self.strategy == "parameter_server":
-            rows.insert(2, ("parameter servers", str(self.ps)))
         if self.remote:
             ssh = self.ssh or SshOptions()
             rows += [
                 ("reached by", f"ssh (BatchMode), key {ssh.identity or '~/.ssh default'}"),
                 ("cores", "not pinned on other hosts (TensorFlow sizes its thread pools)"),
             ]
-            if self.strategy == "horovod":
-                rows.append(("network interface", self.network_interface or "horovodrun's"))
-            elif self.strategy != "mirrored":  # one process, no TF server
-                rows.append(("TF server ports", f"{self.base_port} and up on each host"))
+            rows += self.strategy_impl.remote_rows(self)
         return rows
 
     def _repr_html_(self) -> str:
@@ -258,21 +240,7 @@ def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | 
     On this machine: free local ports. On other hosts: tasks fill host slots in order, on
     ports ``config.base_port`` and up (preflight checks they are free there).
     """
-    if config.strategy not in ("multi_worker", "parameter_server"):
-        return None
-    ps_strategy = config.strategy == "parameter_server"
-    if config.remote:
-        assert config.hosts is not None
-        return ClusterSpec.from_hosts(
-            config.hosts,
-            workers=config.workers,
-            ps=config.ps if ps_strategy else 0,
-            chief=ps_strategy,
-            base_port=config.base_port,
-        )
-    if ps_strategy:
-        return ClusterSpec.local(workers=config.workers, ps=config.ps, chief=True, host=host)
-    return ClusterSpec.local(workers=config.workers, host=host)
+    return config.strategy_impl.cluster(config, host)
 
 
 def remote_ports(cluster: ClusterSpec) -> dict[str, list[int]]:
@@ -281,27 +249,6 @@ def remote_ports(cluster: ClusterSpec) -> dict[str, list[int]]:
     for task in cluster.tasks:
         ports.setdefault(task.host, []).append(task.port)
     return ports
-
-
-def horovodrun_argv(config: LaunchConfig, horovodrun: str) -> list[str]:
-    hosts = format_hosts(config.hosts) if config.hosts else f"localhost:{config.workers}"
-    remote = []
-    if config.remote:
-        remote = ["--start-timeout", str(HOROVOD_START_TIMEOUT)]
-        if config.network_interface:
-            remote += ["--network-interface", config.network_interface]
-    return [
-        horovodrun,
-        "-np",
-        str(config.workers),
-        "-H",
-        hosts,
-        "--gloo",
-        *remote,
-        config.python,
-        str(config.script),
-        *config.args,
-    ]
 
 
 def plan(
@@ -315,132 +262,25 @@ def plan(
     gpus: tuple[str, ...] = (),
     horovodrun: str | None = None,
 ) -> JobSpec:
-    """The JobSpec for `config` (pure: every input is given).
+    """The JobSpec for `config` (pure: every input is given): the strategy's workers.
 
     ``cores`` are this machine's; ``config.cores``, when given, replaces them and confines
     every local process of the run to them (see `LaunchConfig`).
     """
     run_dir = Path(run_dir)
-    confine = config.cores is not None and not gpus
-    if config.cores is not None:
-        cores = config.cores
-    common = {
-        **config.env,
-        **_merge_checked(
-            config.env, {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
-        ),
-        **_merge_checked(config.env, extra_env or {}),
-    }
-    argv = (config.python, str(config.script), *config.args)
-
-    def spec(
-        name: str,
-        env: dict,
-        devices: dev.Devices,
-        *,
-        service: bool = False,
-        expendable: bool = False,
-        command: tuple[str, ...] = argv,
-        host: str | None = None,
-    ) -> WorkerSpec:
-        # pin_cores=False leaves cores and thread pools to the OS and TensorFlow; so does
-        # another host (this machine's cores say nothing about its cores).
-        pin = config.pin_cores and host is None
-        cpus = devices.cpus if pin else None
-        threads = devices.threads if pin else None
-        if confine and host is None and cpus is None:  # no slice of its own: the run's cores
-            cpus = tuple(cores)
-        return WorkerSpec(
-            name=name,
-            argv=command,
-            env={**common, **_merge_checked(config.env, {**devices.env(), **env})},
-            cwd=contract.work_dir(run_dir, name),
-            log_path=log_path(run_dir, name),
-            cpus=cpus,
-            threads=threads,
-            service=service,
-            expendable=expendable,
-            host=host,
-            ssh=config.ssh if host is not None else None,
-        )
-
-    if config.strategy == "mirrored":
-        if config.remote:  # one process on that host; TF finds its devices there
-            assert config.hosts is not None
-            devices = dev.Devices(None, None, None)
-            host = config.hosts[0].name
-        else:
-            devices = dev.Devices(None, len(cores) or None, gpus[: config.workers] or None)
-            host = None
-        workers = [spec(contract.MAIN, {REPLICAS_VAR: str(config.workers)}, devices, host=host)]
-    elif config.strategy == "horovod":
-        if horovodrun is None:
-            raise ConfigError(
-                "horovodrun was not found on PATH, so the horovod strategy cannot start. "
-                "Fix: build and install it with scripts/build-horovod.sh .venv/bin/python "
-                "(make lab does it; README, section Horovod)."
-            )
-        devices = dev.Devices(None, None, None)
-        # horovodrun starts the ranks, so it cannot pin them: each local rank pins itself in
-        # ddlkit.horovod.init() to its share of the cores passed here (CPU-only, here only).
-        pin = config.pin_cores and not gpus and not config.remote and len(cores) >= config.workers
-        env = pinning.rank_cpus_env(cores, config.workers) if pin else {}
-        workers = [
-            spec(
-                contract.HOROVODRUN,
-                env,
-                devices,
-                command=tuple(horovodrun_argv(config, horovodrun)),
-            )
-        ]
-    else:
-        if cluster is None:
-            raise ConfigError(
-                f"{config.strategy} needs a cluster spec; build it with cluster_for()"
-            )
-        compute = [t for t in cluster.tasks if t.role == "worker"]
-        # Workers compute; a PS chief only coordinates and ps tasks only serve variables,
-        # so they get one thread each and no cores of their own.
-        shares = dev.assign(len(compute), cores, gpus)
-        by_name = {task_name(t): d for t, d in zip(compute, shares, strict=True)}
-        workers = []
-        for task in cluster.tasks:
-            name = task_name(task)
-            devices = by_name.get(name, dev.Devices(None, 1, () if gpus else None))
-            ps_strategy = config.strategy == "parameter_server"
-            service = ps_strategy and task.role != "chief"
-            # The PS coordinator reschedules a lost worker's steps; losing a ps or the
-            # chief ends training, so only PS workers are expendable.
-            expendable = ps_strategy and task.role == "worker"
-            host = task.host if config.remote else None
-            workers.append(
-                spec(
-                    name,
-                    cluster.env(task),
-                    devices if host is None else dev.Devices(None, None, None),
-                    service=service,
-                    expendable=expendable,
-                    host=host,
-                )
-            )
+    planned = {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
+    planner = Planner(
+        config=config,
+        run_dir=run_dir,
+        common={
+            **config.env,
+            **merge_checked(config.env, planned),
+            **merge_checked(config.env, extra_env or {}),
+        },
+        cores=tuple(cores if config.cores is None else config.cores),
+        gpus=tuple(gpus),
+        horovodrun=horovodrun,
+        confine=config.cores is not None and not gpus,
+    )
+    workers = config.strategy_impl.workers(config, cluster, planner)
     return JobSpec(run_id=run_id, run_dir=run_dir, workers=tuple(workers))
-
-
-def _merge_checked(user: Mapping[str, str], planned: Mapping[str, str]) -> dict[str, str]:
-    """``planned``, after checking the user's extra env does not set any of it otherwise."""
-    clash = {k: (user[k], v) for k, v in planned.items() if k in user and user[k] != v}
-    if clash:
-        said = "; ".join(f"{k}={u!r} (launcher: {v!r})" for k, (u, v) in clash.items())
-        raise ConfigError(
-            f"env sets {said}. Fix: drop {', '.join(clash)} from env, or change the setting "
-            f"the launcher derives it from (cores=, pin_cores=, keras)."
-        )
-    return dict(planned)
-
-
-def find_horovodrun(python: str) -> str | None:
-    """horovodrun next to `python` (the venv's), else on PATH."""
-    beside = Path(python).parent / "horovodrun"
-    if beside.is_file():
-        return str(beside)
-    return shutil.which("horovodrun")

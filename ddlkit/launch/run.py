@@ -23,8 +23,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ddlkit import contract, settings
-from ddlkit.cluster import ClusterSpec, horovod_slots
+from ddlkit import contract, settings, strategies
+from ddlkit.cluster import ClusterSpec
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.preflight import Preflight, check_hosts
 from ddlkit.hosts.ssh import SshOptions, write_ssh_shim
@@ -99,8 +99,8 @@ class Run:
             from ddlkit.metrics import Dashboard
 
             title = title or f"{self.config.strategy} x{self.config.workers}: {self.run_id}"
-            if self.config.strategy != "horovod":  # Horovod ranks name themselves
-                workers = [w.name for w in self.job.spec.workers]  # fixed colours, task order
+            workers = self.config.strategy_impl.dashboard_workers(self.job.spec.names)
+            if workers is not None:  # fixed colours, task order
                 kwargs.setdefault("workers", workers)
             self._dashboard = Dashboard(title, run_dir=self.run_dir, **kwargs)
             self._dashboard.follow(self.collector, self._process_status)
@@ -226,7 +226,8 @@ def start(
         token = secrets.token_hex(16)
     run_id = new_run_id(label or f"{strategy}-{workers}")
     run_dir = Path(runs_dir or settings.runs_dir()) / run_id
-    horovodrun = plan.find_horovodrun(config.python) if strategy == "horovod" else None
+    impl = config.strategy_impl
+    horovodrun = plan.find_horovodrun(config.python) if impl.needs_horovodrun else None
     cluster = plan.cluster_for(config)
     checked = _preflight(config, cluster, preflight_timeout) if config.remote else None
     collector = (
@@ -236,7 +237,7 @@ def start(
     )
     try:
         extra_env = collector.env(advertise) if collector else {}
-        if config.remote and strategy == "horovod":
+        if config.remote and impl.needs_horovodrun:  # horovodrun reaches the hosts itself
             extra_env["PATH"] = _ssh_shim_path(config, run_dir)
         spec = plan.plan(
             config,
@@ -251,7 +252,8 @@ def start(
         for worker in spec.workers:
             if worker.host is None:  # a remote worker's cwd is made on its host
                 worker.cwd.mkdir(parents=True, exist_ok=True)
-        job = Job.start(spec, progress_fn=_progress(collector) if collector else None)
+        progress = _progress(collector, impl) if collector else None
+        job = Job.start(spec, progress_fn=progress)
     except BaseException:
         if collector is not None:
             collector.close()
@@ -261,12 +263,7 @@ def start(
 
 def _used_hosts(config: plan.LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:
     """The hosts the job uses and the ports it needs free on each."""
-    if cluster is not None:
-        return plan.remote_ports(cluster)
-    assert config.hosts is not None
-    if config.strategy == "mirrored":  # one process, no TF server
-        return {config.hosts[0].name: []}
-    return {h.name: [] for h in horovod_slots(config.hosts, config.workers).hosts}
+    return config.strategy_impl.used_hosts(config, cluster)
 
 
 def _preflight(
@@ -285,7 +282,7 @@ def _preflight(
             ports=ports,
             timeout=timeout,
             files=[str(config.script)],
-            horovod=config.strategy == "horovod",
+            horovod=config.strategy_impl.needs_horovodrun,
         ).rows
     checked = Preflight(tuple(rows))
     checked.raise_for_failures()
@@ -324,13 +321,12 @@ def _ssh_shim_path(config: plan.LaunchConfig, run_dir: Path) -> str:
     return os.pathsep.join([str(shim_dir), os.environ.get("PATH", os.defpath)])
 
 
-def _progress(collector: Collector):
+def _progress(collector: Collector, strategy: strategies.Strategy):
+    """A launched process's step: the slowest of the metric workers it stands for."""
+
     def step(worker: str) -> int | None:
-        if worker == contract.HOROVODRUN:  # one process for all ranks: the slowest rank's step
-            ranks = [w for w in collector.workers() if contract.is_rank_name(w)]
-            steps = [collector.latest(w) for w in ranks]
-            return min((r.step for r in steps if r is not None), default=None)
-        record = collector.latest(worker)
-        return None if record is None else record.step
+        names = strategy.progress_workers(worker, collector.workers())
+        steps = [collector.latest(w) for w in names]
+        return min((r.step for r in steps if r is not None), default=None)
 
     return step
