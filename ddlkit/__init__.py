@@ -22,6 +22,7 @@ _SUBMODULES = {
     "contract",
     "data",
     "env",
+    "environments",
     "errors",
     "faults",
     "horovod",

@@ -21,11 +21,12 @@ import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ddlkit.environments import for_worker
 from ddlkit.errors import ConfigError, JobTimeoutError, WorkerFailedError
 from ddlkit.launch import runs
 from ddlkit.launch.process import WorkerProcess, check_startable, signal_name, start_workers
-from ddlkit.launch.remote import HEARTBEAT_INTERVAL, remote_env
-from ddlkit.launch.spec import JobSpec, worker_env
+from ddlkit.launch.remote import HEARTBEAT_INTERVAL
+from ddlkit.launch.spec import JobSpec
 from ddlkit.launch.status import JobResult, StatusTable, WorkerStatus
 
 WATCH_INTERVAL = 0.1
@@ -74,12 +75,8 @@ class Job:
     ) -> Job:
         """Check everything, then start every worker of ``spec``; bad input starts nothing."""
         base = dict(os.environ if base_env is None else base_env)
-        envs = {
-            w.name: remote_env(w, spec.run_dir, base)
-            if w.host is not None
-            else worker_env(w, spec.run_dir, base)
-            for w in spec.workers
-        }
+        # each worker's environment where it runs (on a host: what is set there)
+        envs = {w.name: for_worker(w).worker_env(w, spec.run_dir, base) for w in spec.workers}
         check_startable(spec, envs)
         job_file = spec.run_dir / runs.JOB_FILE
         if job_file.exists():
@@ -289,7 +286,7 @@ class Job:
                 if time.monotonic() >= beat_at:  # remote workers end when the beats stop
                     beat_at = time.monotonic() + HEARTBEAT_INTERVAL
                     for p in self._procs.values():
-                        if p.spec.host is not None:
+                        if for_worker(p.spec).heartbeat:
                             p.heartbeat()
                 if all(p.returncode is not None for p in self._procs.values()):
                     self._finalize()
@@ -324,13 +321,12 @@ class Job:
         assert code is not None
         sig = signal_name(code)
         how = f"was killed by {sig}" if sig else f"exited with code {code}"
+        where = for_worker(p.spec)
+        meaning = where.exit_meaning(code)  # e.g. ssh's 255: the link to the host was lost
         if p.killed_by:
             how += f" ({p.killed_by})"
-        elif p.spec.host is not None and code == 255:
-            how = (
-                f"lost its SSH session to {p.spec.host} (ssh exit 255: the link or the host "
-                f"went down, sshd stopped, or the program itself exited 255)"
-            )
+        elif meaning is not None:
+            how = meaning[0]
         elif sig == "SIGKILL":
             how += " (the out-of-memory killer, or a kill -9)"
         if p.spec.expendable:
@@ -340,22 +336,10 @@ class Job:
         others = [n for n, q in self._procs.items() if q is not p and q.returncode is None]
         stopped = f"; the job stopped {', '.join(others)}" if others else ""
         fix = "Fix: read the log lines below (whole log: the path above), correct the cause"
-        if p.spec.host is not None and code == 255:
-            fix = (
-                f"Fix: check that {p.spec.host} is up and reachable (dk.hosts.check_hosts "
-                f"names the problem)"
-            )
+        if meaning is not None:
+            fix = meaning[1]
         if _PORT_BUSY.search(lines):
-            fix = (
-                "The log says a port was busy: another process holds it. Fix: launch again "
-                "with free ports (ddlkit.cluster picks them) or end the process holding it"
-            )
-            if p.spec.host is not None:
-                fix = (
-                    f"The log says a port was busy on {p.spec.host}: another process took it "
-                    f"after the preflight check. Fix: end the process holding it there, or "
-                    f"launch with another base_port (--base-port)"
-                )
+            fix = where.port_busy_fix()
         message = (
             f"worker {p.spec.name!r} (pid {p.pid}) {how}{stopped}. Log: {log}\n"
             f"{fix}, and launch again.\n"

@@ -27,8 +27,6 @@ import ctypes
 import ctypes.util
 import os
 import queue
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,18 +35,15 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any, TypeVar
 
+from ddlkit.environments import for_worker
 from ddlkit.errors import ConfigError
-from ddlkit.launch.remote import ssh_command, stdin_line
 from ddlkit.launch.spec import JobSpec, WorkerSpec
+from ddlkit.launch.spec import python_script as python_script  # re-exported
 
 T = TypeVar("T")
 _PR_SET_PDEATHSIG = 1
-_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
-# Python options that take the next argument as their value.
-_PYTHON_VALUE_OPTS = {"-W", "-X", "--check-hash-based-pycs"}
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -183,7 +178,8 @@ class WorkerProcess:
         """
         with self._lock:
             if self.popen.returncode is None:
-                if self.spec.host is not None and sig in (signal.SIGTERM, signal.SIGINT):
+                soft = sig in (signal.SIGTERM, signal.SIGINT)
+                if soft and for_worker(self.spec).soft_stop_closes_stdin():
                     self._close_stdin()
                 else:
                     self._killpg(sig)
@@ -212,99 +208,39 @@ class WorkerProcess:
             pass  # the group is already empty
 
 
-def _is_python(exe: str) -> bool:
-    return bool(_PYTHON.fullmatch(Path(exe).name)) or exe == sys.executable
-
-
-def python_script(argv: Sequence[str]) -> str | None:
-    """The script of a ``python [options] script.py`` command; None for -c, -m, - or not python."""
-    if not _is_python(argv[0]):
-        return None
-    args = iter(argv[1:])
-    for arg in args:
-        if arg in ("-c", "-m", "-"):
-            return None
-        if arg in _PYTHON_VALUE_OPTS:
-            next(args, None)
-        elif not arg.startswith("-"):
-            return arg
-    return None
-
-
 def check_startable(job: JobSpec, envs: Mapping[str, Mapping[str, str]]) -> None:
     """Raise ConfigError for the first reason a worker of ``job`` could not start.
 
     Reads the file system but changes nothing. ``envs`` maps worker names to their
-    whole environment (for the PATH that finds argv[0]).
+    whole environment (for the PATH that finds argv[0]); each worker's environment
+    (:mod:`ddlkit.environments`) says what it needs there.
     """
-    allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     for w in job.workers:
-        where = f"worker {w.name!r}"
-        if w.host is not None:  # its cwd and script are on the host: preflight checks them
-            if shutil.which("ssh", path=os.environ.get("PATH", os.defpath)) is None:
-                raise ConfigError(
-                    f"{where} runs on {w.host} over SSH, but there is no `ssh` here. "
-                    f"Fix: apt-get install openssh-client."
-                )
-            continue
-        if not w.cwd.is_dir():
-            raise ConfigError(
-                f"{where}: working directory {str(w.cwd)!r} does not exist. "
-                f"Fix: create it or pass an existing cwd."
-            )
-        exe = w.argv[0]
-        if os.sep in exe:
-            path = w.cwd / exe
-            if not (path.is_file() and os.access(path, os.X_OK)):
-                raise ConfigError(
-                    f"{where}: program {exe!r} is not an executable file (looked in "
-                    f"{str(w.cwd)!r}). Fix: give the path of an executable, e.g. {sys.executable}."
-                )
-        elif shutil.which(exe, path=envs[w.name].get("PATH", os.defpath)) is None:
-            raise ConfigError(
-                f"{where}: program {exe!r} is not on the worker's PATH. "
-                f"Fix: give its full path, e.g. {sys.executable} for Python."
-            )
-        script = python_script(w.argv)
-        if script is not None and not (w.cwd / script).is_file():
-            raise ConfigError(
-                f"{where}: script {script!r} does not exist (looked in {str(w.cwd)!r}). "
-                f"Fix: pass the path of an existing .py file, absolute or relative to cwd."
-            )
-        if w.cpus is not None:
-            if allowed is None:
-                raise ConfigError(
-                    f"{where}: cpus={w.cpus} but core pinning needs Linux. Fix: pass cpus=None."
-                )
-            missing = sorted(set(w.cpus) - allowed)
-            if missing:
-                raise ConfigError(
-                    f"{where}: cpus={w.cpus} includes cores {missing} this machine does not "
-                    f"offer (available: {sorted(allowed)}). Fix: choose cores from that list."
-                )
+        for_worker(w).check_startable(w, envs[w.name])
 
 
 def _start_one(
     spec: WorkerSpec, env: Mapping[str, str], parent_pid: int, base: Mapping[str, str]
 ) -> WorkerProcess:
-    """Start one worker; a remote one (``env`` is then what is set on its host) via ssh."""
-    remote = spec.host is not None
+    """Start one worker as its environment says (a remote one: ``env`` is what is set on its
+    host, and the local process is ssh, see :mod:`ddlkit.environments.ssh`)."""
+    how = for_worker(spec).popen(spec, env, base)
     with open(spec.log_path, "wb", buffering=0) as log:
         started_at = time.time()
         popen = subprocess.Popen(
-            ssh_command(spec, env) if remote else list(spec.argv),
-            cwd=spec.log_path.parent if remote else spec.cwd,
-            env=dict(base) if remote else dict(env),
-            stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+            list(how.argv),
+            cwd=how.cwd,
+            env=dict(how.env),
+            stdin=subprocess.DEVNULL if how.stdin is None else subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
             preexec_fn=_child_setup(parent_pid, spec.cpus),
         )
-    if popen.stdin is not None:
-        # The secrets first, while the pipe is empty (a short line: the write cannot block).
-        os.write(popen.stdin.fileno(), stdin_line(env))
+    if popen.stdin is not None and how.stdin is not None:
+        # The first bytes (an SSH worker's secrets) while the pipe is empty: cannot block.
+        os.write(popen.stdin.fileno(), how.stdin)
         os.set_blocking(popen.stdin.fileno(), False)  # a stalled ssh never blocks a heartbeat
     return WorkerProcess(spec, popen, started_at)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ddlkit import contract, settings, strategies
 from ddlkit.cluster import ClusterSpec
+from ddlkit.environments import for_worker
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.preflight import Preflight, check_hosts
 from ddlkit.hosts.ssh import SshOptions, write_ssh_shim
@@ -249,9 +250,8 @@ def start(
             gpus=devices.local_gpus(),
             horovodrun=horovodrun,
         )
-        for worker in spec.workers:
-            if worker.host is None:  # a remote worker's cwd is made on its host
-                worker.cwd.mkdir(parents=True, exist_ok=True)
+        for worker in spec.workers:  # a local worker's cwd here; a remote one's on its host
+            for_worker(worker).prepare(worker)
         progress = _progress(collector, impl) if collector else None
         job = Job.start(spec, progress_fn=progress)
     except BaseException:

@@ -11,8 +11,9 @@ import dataclasses
 import os
 import re
 import shlex
+import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddlkit._tables import html_table
@@ -21,6 +22,9 @@ from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions, check_host
 
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+# Python options that take the next argument as their value.
+_PYTHON_VALUE_OPTS = {"-W", "-X", "--check-hash-based-pycs"}
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY", re.IGNORECASE)
 _NO_GPU = ("", "-1")
 
@@ -279,3 +283,22 @@ def worker_env(
             )
     env.update(owned)
     return env
+
+
+def _is_python(exe: str) -> bool:
+    return bool(_PYTHON.fullmatch(Path(exe).name)) or exe == sys.executable
+
+
+def python_script(argv: Sequence[str]) -> str | None:
+    """The script of a ``python [options] script.py`` command; None for -c, -m, - or not python."""
+    if not _is_python(argv[0]):
+        return None
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-c", "-m", "-"):
+            return None
+        if arg in _PYTHON_VALUE_OPTS:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None

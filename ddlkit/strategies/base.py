@@ -31,6 +31,7 @@ from ddlkit.launch.spec import WorkerSpec
 
 if TYPE_CHECKING:
     from ddlkit.cluster import ClusterSpec
+    from ddlkit.environments import Environment
     from ddlkit.launch.plan import LaunchConfig
 
 
@@ -68,11 +69,11 @@ class Planner:
     ) -> WorkerSpec:
         # pin_cores=False leaves cores and thread pools to the OS and TensorFlow; so does
         # another host (this machine's cores say nothing about its cores).
-        local = host is None
-        pin = self.config.pin_cores and local
+        here = placement(host, self.config.ssh).pins_cores
+        pin = self.config.pin_cores and here
         cpus = devices.cpus if pin else None
         threads = devices.threads if pin else None
-        if self.confine and local and cpus is None:  # no slice of its own: the run's cores
+        if self.confine and here and cpus is None:  # no slice of its own: the run's cores
             cpus = tuple(self.cores)
         added = merge_checked(self.config.env, {**devices.env(), **env})
         return WorkerSpec(
@@ -86,7 +87,7 @@ class Planner:
             service=service,
             expendable=expendable,
             host=host,
-            ssh=self.config.ssh if not local else None,
+            ssh=None if here else self.config.ssh,
         )
 
 
@@ -223,6 +224,13 @@ class TaskStrategy(Strategy):
 
     def remote_rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
         return [("TF server ports", f"{config.base_port} and up on each host")]
+
+
+def placement(host: str | None, ssh: object = None) -> Environment:
+    """Where a planned worker runs: this machine (no host) or its host over SSH."""
+    from ddlkit.environments import LOCAL, Ssh
+
+    return LOCAL if host is None else Ssh(host, ssh)  # type: ignore[arg-type]
 
 
 def merge_checked(user: Mapping[str, str], planned: Mapping[str, str]) -> dict[str, str]:
