@@ -19,25 +19,26 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddlkit import strategies
 from ddlkit.errors import ConfigError
 
-#: Call names (last attribute, or bare name) -> the strategy they belong to.
-TF_STRATEGIES = {
-    "MirroredStrategy": "mirrored",
-    "MultiWorkerMirroredStrategy": "multi_worker",
-    "CollectiveAllReduceStrategy": "multi_worker",
-    "ParameterServerStrategy": "parameter_server",
-    "ParameterServerStrategyV2": "parameter_server",
-}
-HOROVOD_MODULES = ("horovod", "ddlkit.horovod")
 
-#: What to write for each strategy, for the error's fix.
-WRITTEN_WITH = {
-    "mirrored": "tf.distribute.MirroredStrategy()",
-    "multi_worker": "tf.distribute.MultiWorkerMirroredStrategy()",
-    "parameter_server": "tf.distribute.ParameterServerStrategy(cluster_resolver)",
-    "horovod": "hvd.init() (import horovod.tensorflow.keras as hvd)",
-}
+def tf_strategies() -> dict[str, str]:
+    """Call names (last attribute, or bare name) -> the strategy they belong to (each
+    registered strategy's ``api_classes``)."""
+    return {c: s.name for s in map(strategies.get, strategies.names()) for c in s.api_classes}
+
+
+def init_modules() -> dict[str, str]:
+    """Modules whose ``init()`` belongs to a strategy (each strategy's ``api_modules``)."""
+    return {m: s.name for s in map(strategies.get, strategies.names()) for m in s.api_modules}
+
+
+def written_with(strategy: str) -> str:
+    """What to write for ``strategy``, for the error's fix."""
+    if strategy in strategies.names():
+        return strategies.get(strategy).written_with or strategy
+    return strategy
 
 
 @dataclass(frozen=True)
@@ -57,40 +58,48 @@ def _dotted(node: ast.AST) -> str:
     return "..."
 
 
-def _is_horovod(module: str) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in HOROVOD_MODULES)
+def _owner(module: str, modules: dict[str, str]) -> str | None:
+    """The strategy whose module ``module`` is (or is inside), if any."""
+    return next((s for m, s in modules.items() if module == m or module.startswith(m + ".")), None)
 
 
 def api_calls(tree: ast.AST) -> list[ApiCall]:
     """Every distribution API call in ``tree``, in line order."""
-    horovod_names: set[str] = set()  # (dotted) names bound to a horovod module
-    horovod_inits: set[str] = set()  # `from horovod.x import init [as y]`
+    classes, modules = tf_strategies(), init_modules()
+    bound: dict[str, str] = {}  # (dotted) names bound to a strategy's module, e.g. hvd
+    inits: dict[str, str] = {}  # `from horovod.x import init [as y]`
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if _is_horovod(alias.name):
-                    horovod_names.add(alias.asname or alias.name)
+                owner = _owner(alias.name, modules)
+                if owner:
+                    bound[alias.asname or alias.name] = owner
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                if _is_horovod(full) and alias.name != "init":
-                    horovod_names.add(alias.asname or alias.name)
-                elif _is_horovod(node.module) and alias.name == "init":
-                    horovod_inits.add(alias.asname or "init")
+                full = _owner(f"{node.module}.{alias.name}", modules)
+                module = _owner(node.module, modules)
+                if full and alias.name != "init":
+                    bound[alias.asname or alias.name] = full
+                elif module and alias.name == "init":
+                    inits[alias.asname or "init"] = module
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if name in TF_STRATEGIES:
-            found.append(ApiCall(TF_STRATEGIES[name], f"{_dotted(func)}()", node.lineno))
+        if name in classes:
+            found.append(ApiCall(classes[name], f"{_dotted(func)}()", node.lineno))
         elif name == "init" and isinstance(func, ast.Attribute):
             receiver = _dotted(func.value)
-            if any(receiver == n or receiver.startswith(n + ".") for n in horovod_names):
-                found.append(ApiCall("horovod", f"{_dotted(func)}()", node.lineno))
-        elif isinstance(func, ast.Name) and func.id in horovod_inits:
-            found.append(ApiCall("horovod", f"{func.id}()", node.lineno))
+            owner = next(
+                (s for n, s in bound.items() if receiver == n or receiver.startswith(n + ".")),
+                None,
+            )
+            if owner:
+                found.append(ApiCall(owner, f"{_dotted(func)}()", node.lineno))
+        elif isinstance(func, ast.Name) and func.id in inits:
+            found.append(ApiCall(inits[func.id], f"{func.id}()", node.lineno))
     return sorted(found, key=lambda c: c.line)
 
 
@@ -116,7 +125,7 @@ def check_source(source: str, strategy: str, *, path: str = "<script>") -> list[
             f"script {path} calls {used}, made for strategy={' or '.join(map(repr, fits))}, "
             f"but was launched with strategy={strategy!r}. Nothing was started. "
             f"Fix: launch it with strategy={fits[0]!r} (ddlkit launch --strategy {fits[0]}), "
-            f"or launch a script that calls {WRITTEN_WITH.get(strategy, strategy)}."
+            f"or launch a script that calls {written_with(strategy)}."
         )
     return calls
 

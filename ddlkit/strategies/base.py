@@ -99,6 +99,11 @@ class Strategy:
     needs_horovodrun: ClassVar[bool] = False  # its launcher process is horovodrun
     # Whose report speaks for the run, in order of preference (the first one present).
     speakers: ClassVar[tuple[str, ...]] = (contract.task_name("worker", 0),)
+    # What a script written for it calls (ddlkit.launch.script_check reads scripts for it):
+    # TensorFlow strategy classes, modules whose init() it calls, and the call to write.
+    api_classes: ClassVar[tuple[str, ...]] = ()
+    api_modules: ClassVar[tuple[str, ...]] = ()
+    written_with: ClassVar[str] = ""
 
     # -- what it checks and starts ---------------------------------------------------------
     def check(self, config: LaunchConfig) -> None:

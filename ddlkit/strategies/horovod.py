@@ -68,6 +68,8 @@ class Horovod(Strategy):
     title = "Horovod (Gloo)"
     needs_horovodrun = True
     speakers = (contract.rank_name(0),)
+    api_modules = ("horovod", "ddlkit.horovod")  # hvd.init(), dkh.init()
+    written_with = "hvd.init() (import horovod.tensorflow.keras as hvd)"
 
     def workers(
         self, config: LaunchConfig, cluster: ClusterSpec | None, planner: Planner

@@ -19,6 +19,8 @@ class Mirrored(Strategy):
     name = "mirrored"
     title = "MirroredStrategy"
     speakers = (contract.MAIN,)
+    api_classes = ("MirroredStrategy",)
+    written_with = "tf.distribute.MirroredStrategy()"
 
     def check(self, config: LaunchConfig) -> None:
         hosts = config.hosts or ()

@@ -11,3 +11,5 @@ class MultiWorker(TaskStrategy):
     title = "MultiWorkerMirroredStrategy"
     # TensorFlow's chief: the chief task if there is one, else worker 0.
     speakers = (contract.task_name("chief", 0), contract.task_name("worker", 0))
+    api_classes = ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
+    written_with = "tf.distribute.MultiWorkerMirroredStrategy()"

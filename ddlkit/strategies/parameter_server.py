@@ -22,6 +22,8 @@ class ParameterServer(TaskStrategy):
     title = "ParameterServerStrategy"
     chief = True
     speakers = (contract.task_name("chief", 0),)
+    api_classes = ("ParameterServerStrategy", "ParameterServerStrategyV2")
+    written_with = "tf.distribute.ParameterServerStrategy(cluster_resolver)"
 
     def check(self, config: LaunchConfig) -> None:
         if type(config.ps) is not int or config.ps < 1:
