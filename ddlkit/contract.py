@@ -15,6 +15,7 @@ starts the processes, e.g. Slurm; a Horovod rank renames itself from its rank)::
     DDLKIT_STRATEGY    the strategy the launcher planned (multi_worker, horovod, ...)
     DDLKIT_REPLICAS    replicas of a mirrored run's one process
     DDLKIT_RANK_CPUS   one core list per local Horovod rank, "0;1" (ddlkit.horovod.pinning)
+    OMP_NUM_THREADS, TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS: its thread counts
 
 Worker names: ``<role>-<index>`` for TensorFlow tasks (:func:`task_name`),
 ``rank-<rank>`` for Horovod ranks (:func:`rank_name`), ``main`` for a mirrored run's
@@ -57,6 +58,24 @@ ENV_VARS = (
     REPLICAS_VAR,
     RANK_CPUS_VAR,
 )
+
+# Thread counts of a worker limited to N compute threads (set by the launcher, or by a
+# Horovod rank that pins itself).
+THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Thread-count variables for a worker limited to ``threads`` compute threads (pure).
+
+    Inter-op threads are at least 2: a collective op (all-reduce) blocks one inter-op
+    thread while it waits for its peers, and with a single one a worker can hang.
+    """
+    return {
+        "OMP_NUM_THREADS": str(threads),
+        "TF_NUM_INTRAOP_THREADS": str(threads),
+        "TF_NUM_INTEROP_THREADS": str(max(2, threads)),
+    }
+
 
 # -- worker names ---------------------------------------------------------------------
 # The one rule: 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.

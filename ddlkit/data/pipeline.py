@@ -1,5 +1,7 @@
 """``tf.data`` input pipelines that stay correct under every strategy the kit teaches.
 
+One concern, kept whole (about 420 lines): building the input pipeline and sharding it.
+
 One function builds every pipeline, :func:`make_dataset`; the others only
 decide its shard and batch size for a strategy:
 

@@ -19,9 +19,8 @@ import os
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from ddlkit.contract import RANK_CPUS_VAR
+from ddlkit.contract import RANK_CPUS_VAR, thread_env
 from ddlkit.errors import ConfigError
-from ddlkit.launch.spec import thread_env
 
 # horovodrun --gloo sets HOROVOD_LOCAL_RANK; under --mpi the MPI launcher sets its own.
 LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")

@@ -1,5 +1,8 @@
 """A running job: start, watch, wait for and stop the worker processes of a JobSpec.
 
+One concern, kept whole (about 440 lines): the job's life cycle and the failure
+reports its watcher writes (forking is :mod:`ddlkit.launch.process`'s).
+
 A watcher thread per job polls the workers every 0.1 s. When a worker fails
 (non-zero exit, or killed by a signal) it stops the others at once, whether or
 not anyone is waiting; :meth:`Job.wait` then raises :class:`WorkerFailedError`.

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from ddlkit._tables import html_table
 from ddlkit.contract import RUN_DIR_VAR, WORKER_VAR, check_name
+from ddlkit.contract import THREAD_VARS as THREAD_VARS  # re-exported
+from ddlkit.contract import thread_env as thread_env  # re-exported
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions, check_host
 
-THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 # Python options that take the next argument as their value.
 _PYTHON_VALUE_OPTS = {"-W", "-X", "--check-hash-based-pycs"}
@@ -37,19 +38,6 @@ def is_secret(name: str) -> bool:
 def redact(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with the values of secret-looking variables (tokens, keys) replaced by ``***``."""
     return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """Thread-count variables for a worker limited to ``threads`` compute threads (pure).
-
-    Inter-op threads are at least 2: a collective op (all-reduce) blocks one inter-op
-    thread while it waits for its peers, and with a single one a worker can hang.
-    """
-    return {
-        "OMP_NUM_THREADS": str(threads),
-        "TF_NUM_INTRAOP_THREADS": str(threads),
-        "TF_NUM_INTEROP_THREADS": str(max(2, threads)),
-    }
 
 
 @dataclasses.dataclass(frozen=True)

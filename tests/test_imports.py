@@ -1,0 +1,131 @@
+"""No import cycles: every module imports alone, and module-level imports form no cycle."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ddlkit"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _top_level_imports(path: Path, name: str) -> set[str]:
+    """Modules ``name`` imports when it is imported (not inside functions, not for typing)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.If | ast.Try | ast.With):
+                for block in ("body", "orelse", "finalbody", "handlers"):
+                    for item in getattr(node, block, []) or []:
+                        visit(item.body if isinstance(item, ast.ExceptHandler) else [item])
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                    base = f"{base}.{node.module}" if node.module else base
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+
+    visit(tree.body)
+    edges = set()
+    for target in found:
+        # importing a.b.c runs a, a.b and a.b.c
+        parts = target.split(".")
+        for i in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:i])
+            if prefix in MODULES and prefix != name:
+                edges.add(prefix)
+    return edges
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_module_level_imports_form_no_cycle():
+    graph = {name: _top_level_imports(path, name) for name, path in MODULES.items()}
+    # a package's parent package is imported first, which is not a cycle
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not name.startswith(t + ".")}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    code = (
+        "import importlib, subprocess, sys\n"
+        "bad = []\n"
+        "for m in sys.argv[1:]:\n"
+        "    r = subprocess.run([sys.executable, '-c', f'import {m}'], capture_output=True,"
+        " text=True)\n"
+        "    if r.returncode:\n"
+        "        bad.append((m, r.stderr.strip().splitlines()[-1:]))\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    names = [n for n in MODULES if not n.endswith("__main__")]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=1800
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
