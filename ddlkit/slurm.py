@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ddlkit.cluster import Host, format_hosts
 from ddlkit.contract import RUN_DIR_VAR, TF_CONFIG_VAR, WORKER_VAR, result_path, task_name
 from ddlkit.environments.slurm import (  # re-exported: the job step's parsers
     INSIDE_FIX,
@@ -146,7 +147,7 @@ def horovod_hosts(environ: Mapping[str, str]) -> str:
             f"script, e.g. launch/slurm/horovod.sbatch (`sbatch launch/slurm/horovod.sbatch`)."
         )
     nodes = _node_tasks(environ, "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE")
-    return ",".join(f"{host}:{count}" for host, count in nodes)
+    return format_hosts(Host(host, count) for host, count in nodes)  # as dk.launch's -H
 
 
 def resolver(port_base: int | None = None, environ: Mapping[str, str] | None = None) -> Any:
