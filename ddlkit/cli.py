@@ -44,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-live", action="store_true", help="no metrics collector")
     p.add_argument("--collector-port", type=int, default=0, help="default: a free port")
     p.add_argument("--no-pin", action="store_true", help="do not pin workers to cores")
+    p.add_argument(
+        "--cores", type=_cores, default=None, help="the cores the run may use, e.g. 0,1 or 2-3"
+    )
+    p.add_argument(
+        "--env", action="append", type=_env_item, default=[], metavar="NAME=VALUE",
+        help="an extra variable for every worker (repeatable)",
+    )  # fmt: skip
     p.add_argument("--runs-dir", type=Path, default=None, help="default: DDLKIT_RUNS or ./runs")
     p.add_argument("--timeout", type=float, default=None, help="seconds before the job is stopped")
     remote = p.add_argument_group("other hosts (over SSH, in BatchMode)")
@@ -81,6 +88,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_bench_parser(sub)
     return parser
+
+
+def _cores(text: str) -> tuple[int, ...]:
+    """``"0,1"`` or ``"2-3"`` or ``"0,2-3"`` to core numbers (argparse type)."""
+    cores: list[int] = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            cores.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a core list. Fix: e.g. --cores 0,1 or --cores 2-3."
+        ) from None
+    return tuple(cores)
+
+
+def _env_item(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=VALUE. Fix: e.g. --env HOROVOD_TIMELINE=/tmp/t.json."
+        )
+    return name, value
 
 
 def _runs_dir(arg: Path | None) -> Path:
@@ -121,6 +151,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         base_port=plan.BASE_PORT if args.base_port is None else args.base_port,
         network_interface=args.network_interface,
         python=args.python,
+        cores=args.cores,
+        env=dict(args.env),
     )
     if run.preflight is not None:
         print(run.preflight)

@@ -371,3 +371,20 @@ def test_cores_this_process_may_not_use_are_refused():
     assert dev.check_cores((1,), (0, 1)) == (1,)
     with pytest.raises(ConfigError, match=r"asks for \[7\], which this process may not use"):
         dev.check_cores((1, 7), (0, 1))
+
+
+def test_cli_passes_cores_and_env_to_start(tmp_path, capsys):
+    from ddlkit.cli import _parser, main
+
+    args = _parser().parse_args(
+        ["launch", "--cores", "0,2-3", "--env", "A=1", "--env", "B=x=y", str(SCRIPT)]
+    )
+    assert args.cores == (0, 2, 3) and dict(args.env) == {"A": "1", "B": "x=y"}
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["launch", "--cores", "0,a", str(SCRIPT)])
+    assert "is not a core list" in capsys.readouterr().err
+    runs = tmp_path / "runs"
+    argv = ["launch", "--env", "TF_CONFIG={}", "--runs-dir", str(runs), str(SCRIPT)]
+    assert main(argv) == 2
+    assert "env sets TF_CONFIG, which the launcher sets" in capsys.readouterr().err
+    assert not runs.exists()
