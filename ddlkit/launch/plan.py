@@ -1,5 +1,8 @@
 """From a strategy and a worker count to the processes to start (pure data).
 
+What each strategy starts is its module's (:mod:`ddlkit.strategies`); this module holds
+what every launch shares: the checked config and the dispatch.
+
 `LaunchConfig` is what a user asks for (`ddlkit launch` flags or the notebook
 call); `plan()` turns it, with a cluster spec and the machine's devices, into a
 `JobSpec`: one `WorkerSpec` per process with its argv, TF_CONFIG or Horovod
@@ -24,6 +27,7 @@ from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions
 from ddlkit.launch.spec import JobSpec, redact
 from ddlkit.strategies.base import Planner, merge_checked
+from ddlkit.strategies.base import remote_ports as remote_ports  # re-exported
 from ddlkit.strategies.horovod import START_TIMEOUT as HOROVOD_START_TIMEOUT  # noqa: F401
 from ddlkit.strategies.horovod import find_horovodrun as find_horovodrun
 from ddlkit.strategies.horovod import horovodrun_argv as horovodrun_argv
@@ -241,14 +245,6 @@ def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | 
     ports ``config.base_port`` and up (preflight checks they are free there).
     """
     return config.strategy_impl.cluster(config, host)
-
-
-def remote_ports(cluster: ClusterSpec) -> dict[str, list[int]]:
-    """Each host's TF server ports in ``cluster`` (what preflight checks there)."""
-    ports: dict[str, list[int]] = {}
-    for task in cluster.tasks:
-        ports.setdefault(task.host, []).append(task.port)
-    return ports
 
 
 def plan(

@@ -132,11 +132,7 @@ class Strategy:
 
     def used_hosts(self, config: LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:
         """The hosts the job uses and the ports it needs free on each (preflight)."""
-        ports: dict[str, list[int]] = {}
-        if cluster is not None:
-            for task in cluster.tasks:
-                ports.setdefault(task.host, []).append(task.port)
-        return ports
+        return {} if cluster is None else remote_ports(cluster)
 
     # -- progress and results ------------------------------------------------------------
     def speaker(self, reports: Sequence[str]) -> str:
@@ -229,6 +225,14 @@ class TaskStrategy(Strategy):
 
     def remote_rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
         return [("TF server ports", f"{config.base_port} and up on each host")]
+
+
+def remote_ports(cluster: ClusterSpec) -> dict[str, list[int]]:
+    """Each host's TF server ports in ``cluster`` (what preflight checks there)."""
+    ports: dict[str, list[int]] = {}
+    for task in cluster.tasks:
+        ports.setdefault(task.host, []).append(task.port)
+    return ports
 
 
 def placement(host: str | None, ssh: object = None) -> Environment:
