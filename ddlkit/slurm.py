@@ -135,7 +135,7 @@ def worker_env(
 
     task = Slurm.from_env(environ, port_base, ps)  # TF_CONFIG through ClusterSpec
     directory = run_dir or environ.get(RUN_DIR_VAR) or default_run_dir(environ)
-    return {**keras_env(), **task.worker_env(directory)}
+    return {**keras_env(), **task.task_env(directory)}
 
 
 def horovod_hosts(environ: Mapping[str, str]) -> str:

@@ -79,7 +79,7 @@ def test_slurm_is_detected_from_its_step_variables():
     assert task.tf_config() == expect.tf_config("worker-1")
     assert slurm.tf_config_from_slurm(env, 9000, ps=1) == task.tf_config()
     assert task.tf_config()["cluster"]["chief"] == ["n9:9000"]
-    env_vars = task.worker_env("/shared/run")
+    env_vars = task.task_env("/shared/run")
     assert json.loads(env_vars["TF_CONFIG"]) == task.tf_config()
     assert env_vars["DDLKIT_WORKER"] == "worker-1" and env_vars["DDLKIT_RUN_DIR"] == "/shared/run"
     with pytest.raises(ConfigError, match="cannot hold a chief, 3 parameter server"):

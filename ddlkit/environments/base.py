@@ -12,7 +12,7 @@ Two kinds of environment:
   (``creates_processes_externally = True``): :class:`~ddlkit.environments.slurm.Slurm`
   today (Spark and Kubernetes are next). Inside such a process, :meth:`detect` says
   whether it runs there and :meth:`world_size`, :meth:`global_rank`, :meth:`cluster` and
-  :meth:`worker_env` read the scheduler's variables.
+  :meth:`task_env` (Slurm) read the scheduler's variables.
 
 :func:`ddlkit.environments.for_worker` is the one place that chooses between local and
 SSH for a `WorkerSpec` (by its ``host``).

@@ -294,7 +294,7 @@ class Slurm(Environment):
     def worker_name(self) -> str:
         return self.task().name
 
-    def worker_env(self, run_dir: str | os.PathLike) -> dict[str, str]:  # type: ignore[override]
+    def task_env(self, run_dir: str | os.PathLike) -> dict[str, str]:
         """The worker contract's variables for this task: TF_CONFIG, its name, the run dir."""
         return {
             contract.TF_CONFIG_VAR: json.dumps(self.tf_config(), sort_keys=True),
