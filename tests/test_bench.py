@@ -9,7 +9,7 @@ import time
 import pytest
 from factories import step_record
 
-from ddlkit.bench import config, overhead, report, run, stats
+from ddlkit.bench import config, overhead, plots, run, schema, stats
 from ddlkit.bench.cli import add_bench_parser
 from ddlkit.bench.config import BenchCase, plan_cases
 from ddlkit.errors import ConfigError, DdlkitError
@@ -212,8 +212,8 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
         "eval_every",
     }
     assert all(keys <= set(c) for c in doc["cases"])
-    for key in keys - {"runs", "comm"}:  # every key the module docstring documents
-        assert f"{key}" in run.__doc__, key
+    for key in keys - {"runs", "comm"}:  # every key the schema's docstring documents
+        assert f"{key}" in schema.__doc__, key
     mw2 = by["multi_worker-x2"]
     assert mw2["examples_per_sec"] == {"median": 1800.0, "min": 1700.0, "max": 1900.0, "n": 2}
     assert mw2["speedup"] == pytest.approx(1.8) and mw2["efficiency"] == pytest.approx(0.9)
@@ -236,14 +236,13 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
 
 def test_report_table_and_plot(tmp_path):
     res = _result(tmp_path)
-    doc = res.to_dict()
-    text = report.text_report(doc)
-    assert "multi_worker-x2" in text and "1800" in text and "90%" in text
+    text = str(res.results())  # the one table: the CLI prints it, notebook 07 shows it
+    assert "multi_worker-x2" in text and "1,800" in text and "90%" in text
     assert "skipped: horovodrun was not found" in text and "FAILED: chief failed" in text
     html = res._repr_html_()
-    assert "<table>" in html and "1700-1900 (n=2)" in html
+    assert "<table>" in html and "1,700-1,900 (2)" in html
     res.bench_dir.mkdir(parents=True)
-    png = report.save_plot(doc, res.plot_path)
+    png = plots.save_png(res.results(), res.plot_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -286,7 +285,7 @@ def test_by_hand_workers_are_the_tutorial_way_with_the_kits_cores(tmp_path):
         assert w.env["DDLKIT_RUNS"] == str(w.runs) == str(tmp_path / f"hand-{i}")
 
 
-def test_result_line_and_overhead_ratio():
+def test_result_line_and_overhead_ratio(tmp_path):
 
     out = 'noise\nRESULT {"examples_per_sec": 1.0}\nRESULT {"examples_per_sec": 2.5}\nbye'
     assert overhead.result_line(out) == {"examples_per_sec": 2.5}
@@ -295,11 +294,15 @@ def test_result_line_and_overhead_ratio():
     o = overhead.Overhead(by_hand=(100.0, 200.0, 100.0), kit=(99.0, 190.0, 101.0))
     assert o.ratios == pytest.approx((0.99, 0.95, 1.01))
     assert o.ratio == pytest.approx(0.99)
-    doc = {"overhead": o.to_dict(), "overhead_error": None}
-    assert "= 0.990 median of 3 alternating pair(s)" in report.overhead_line(doc)
-    assert "range 0.950-1.010" in report.overhead_line(doc)
-    assert "FAILED: boom" in report.overhead_line({"overhead": None, "overhead_error": "boom"})
-    assert "not measured" in report.overhead_line({"overhead": None, "overhead_error": None})
+    res = _result(tmp_path)
+    res.overhead = o
+    line = dict(res.results().about_rows())["kit overhead"]
+    assert line.startswith("0.990: examples/s through the kit / by hand, median of 3 pair(s)")
+    assert "(0.990, 0.950, 1.010)" in line
+    res.overhead, res.overhead_error = None, "boom"
+    assert dict(res.results().about_rows())["kit overhead"] == "not measured: boom"
+    res.overhead_error = ""
+    assert dict(res.results().about_rows())["kit overhead"] == "not measured"
 
 
 def test_a_failing_by_hand_worker_raises_and_leaves_nothing_running(tmp_path):
@@ -414,9 +417,9 @@ def test_bench_json_has_comm_target_and_others_cpu_per_case(tmp_path):
     assert mw2["foreign_cpu"]["median"] == pytest.approx(0.2)
     assert by["multi_worker-x1"]["target_note"].startswith("not measured: no held-out")
     assert by["single-x1"]["comm"]["how"].startswith("one device")
-    text = report.text_report(doc)
-    assert "40% (est.)" in text and "3.0 (1/2)" in text and "20%" in text
-    assert "comm share: estimate" in text and "multi_worker-x2: target accuracy not reached" in text
+    text = str(res.results())
+    assert "40% (estimated)" in text and "3.0 s, 1/2 runs" in text and "20%" in text
+    assert "] estimate: (step time" in text and "] not reached in 20 steps by 1 of 2" in text
 
 
 def test_foreign_cpu_share_from_proc_stat(monkeypatch):

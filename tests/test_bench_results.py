@@ -15,6 +15,22 @@ def spread(median, lo=None, hi=None, n=2):
     return {"median": median, "min": median if lo is None else lo, "max": hi or median, "n": n}
 
 
+def run(run_id, rate, workers):
+    """A run as the engine writes it (ddlkit.bench.schema.RunMeasure)."""
+    return {
+        "run_id": run_id,
+        "examples_per_sec": rate,
+        "step_time": 64 * workers / rate,
+        "test_accuracy": 0.9,
+        "wall_seconds": 30.0,
+        "seconds_to_target": None,
+        "best_eval_accuracy": 0.93,
+        "evals": 4,
+        "foreign_cpu": 0.1,
+        "comm_ms_per_step": None,
+    }
+
+
 def case(strategy, workers, rate, **extra):
     """A case as the schema-2 engine writes it (ddlkit/bench/run.py's docstring)."""
     name = f"{strategy}-x{workers}"
@@ -30,7 +46,7 @@ def case(strategy, workers, rate, **extra):
         "eval_examples": 1000,
         "skipped": None,
         "error": None,
-        "runs": [] if rate is None else [{"run_id": f"{name}-{i}", "evals": 4} for i in (1, 2)],
+        "runs": [] if rate is None else [run(f"{name}-{i}", rate, workers) for i in (1, 2)],
         "examples_per_sec": None if rate is None else spread(rate, rate - 100, rate + 50),
         "step_time": None if rate is None else spread(64 * workers / rate),
         "test_accuracy": None if rate is None else spread(0.9),

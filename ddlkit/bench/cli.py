@@ -55,7 +55,6 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
 
 def main_bench(args: argparse.Namespace) -> int:
     """Plan, run and report; 0 when every case that was not skipped measured, else 1."""
-    from ddlkit.bench.report import text_report
     from ddlkit.bench.run import run_bench
     from ddlkit.launch import devices, plan
 
@@ -88,7 +87,8 @@ def main_bench(args: argparse.Namespace) -> int:
         target=target,
         command=shlex.join(sys.argv),
     )
-    print(text_report(result.to_dict()))
+    res = result.results()  # the table notebook 07 shows, as text
+    print(f"{res}\n\n{res.about()}")
     print(f"results: {result.path}\nplot: {result.plot_path}")
     failed = [c.case.name for c in result.cases if c.error] or result.overhead_error
     return 1 if failed else 0

@@ -25,10 +25,11 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddlkit.backend import keras_env
+from ddlkit.bench.schema import OverheadRecord
 from ddlkit.bench.stats import steady, warmup_steps
 from ddlkit.cluster import ClusterSpec
 from ddlkit.errors import DdlkitError, JobTimeoutError
@@ -176,16 +177,23 @@ class Overhead:
     def ratio(self) -> float:
         return statistics.median(self.ratios)
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> OverheadRecord:
+        """As bench.json holds it (:class:`ddlkit.bench.schema.OverheadRecord`)."""
         ratios = self.ratios
-        return {
-            **asdict(self),
-            "workers": WORKERS,
-            "ratios": list(ratios),
-            "ratio_median": self.ratio,
-            "ratio_min": min(ratios),
-            "ratio_max": max(ratios),
-        }
+        return OverheadRecord(
+            ratio_median=self.ratio,
+            ratios=ratios,
+            by_hand=self.by_hand,
+            kit=self.kit,
+            ratio_min=min(ratios),
+            ratio_max=max(ratios),
+            order=self.order,
+            workers=WORKERS,
+            steps=self.steps,
+        )
+
+    def to_dict(self) -> dict:
+        return self.to_record().to_json()
 
 
 def measure_overhead(

@@ -7,6 +7,7 @@ Cases that were skipped or failed are written on the chart, not dropped silently
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ddlkit.bench.results import BenchResults, CaseSummary
@@ -240,3 +241,17 @@ def _target_bars(ax: Any, res: BenchResults) -> None:
     ax.set_ylim(len(cases) - 0.5, -0.5)  # first case on top, no row cut off
     right = max([1.0] + [c.time_to_target.max for _, c in reached])
     ax.set_xlim(0, right * 1.25)
+
+
+def save_png(res: BenchResults, path: str | Path) -> Path:
+    """:func:`throughput` and :func:`efficiency` side by side in one PNG (``bench.png``)."""
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
+
+    fig = Figure(figsize=(18, 4.6), layout="constrained")
+    ax_rate, ax_eff = fig.subplots(1, 2)
+    throughput(res, ax_rate)
+    efficiency(res, ax_eff)
+    fig.suptitle(res.caption())
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    return path

@@ -18,22 +18,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ddlkit._tables import html_table, text_table
-from ddlkit.bench.stats import Spread, scaling
+from ddlkit.bench import schema
+from ddlkit.bench.schema import BenchFile, CaseRecord, Spread
+from ddlkit.bench.stats import scaling
 from ddlkit.errors import ConfigError
-
-READABLE_SCHEMAS = (1, 2)
-RUN_FIX = (
-    "Fix: run `ddlkit bench --quick` (or `ddlkit bench`) and pass its "
-    "runs/<bench-id> directory or the bench.json in it."
-)
 
 
 @dataclass(frozen=True)
@@ -372,75 +366,32 @@ def plan_table(cases: Sequence[Any]) -> Table:
 # --- reading -------------------------------------------------------------------------
 
 
-def _bench_file(path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "bench.json"
-    if not path.is_file():
-        raise ConfigError(f"there is no benchmark result at {path}. {RUN_FIX}")
-    return path
-
-
-def _invalid(path: Path, what: str) -> ConfigError:
-    return ConfigError(f"{path} is not a ddlkit benchmark result: {what}. {RUN_FIX}")
-
-
-def _spread(raw: Any, path: Path, where: str) -> Spread | None:
-    if raw is None:
-        return None
-    try:
-        spread = Spread(float(raw["median"]), float(raw["min"]), float(raw["max"]), int(raw["n"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _invalid(path, f"{where} is not a median/min/max/n record ({exc!r})") from None
-    if not all(math.isfinite(v) for v in (spread.median, spread.min, spread.max)):
-        raise _invalid(path, f"{where} holds a value that is not a finite number")
-    return spread
-
-
-def _case(raw: Any, path: Path, index: int) -> CaseSummary:
-    if not isinstance(raw, Mapping):
-        raise _invalid(path, f"case {index} is not an object")
-    missing = [k for k in REQUIRED_CASE if k not in raw]
-    if missing:
-        raise _invalid(path, f"case {index} lacks {', '.join(missing)}")
-    where = f"case {raw['name']!r}"
-    comm = raw.get("comm") or {}
-    try:
-        workers, steps = int(raw["workers"]), int(raw.get("steps") or 0)
-        batch, repeats = int(raw.get("batch") or 0), int(raw.get("repeats") or 0)
-        share = None if comm.get("share") is None else float(comm["share"])
-        comm_ms = None if comm.get("ms_per_step") is None else float(comm["ms_per_step"])
-        runs = [str(r["run_id"]) for r in raw.get("runs") or []]
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise _invalid(path, f"{where}: a count, a run or comm is malformed ({exc!r})") from None
-    if workers < 1:
-        raise _invalid(path, f"{where} has workers={workers}")
+def summary(rec: CaseRecord) -> CaseSummary:
+    """A case of the file as the table shows it (scaling filled in by :func:`with_scaling`)."""
+    comm = rec.comm
     return CaseSummary(
-        name=str(raw["name"]),
-        strategy=str(raw["strategy"]),
-        workers=workers,
-        steps=steps,
-        batch=batch,
-        repeats=repeats,
-        model=str(raw.get("model") or ""),
-        skipped=str(raw.get("skipped") or ""),
-        error=str(raw.get("error") or ""),
-        throughput=_spread(raw["examples_per_sec"], path, f"{where} examples_per_sec"),
-        step_time=_spread(raw["step_time"], path, f"{where} step_time"),
-        test_accuracy=_spread(raw.get("test_accuracy"), path, f"{where} test_accuracy"),
-        comm_share=share,
-        comm_ms=comm_ms,
-        comm_how=str(comm.get("how") or ""),
-        time_to_target=_spread(raw.get("seconds_to_target"), path, f"{where} seconds_to_target"),
-        target_reached=str(raw.get("target_reached") or ""),
-        target_note=str(raw.get("target_note") or ""),
-        foreign_cpu=_spread(raw.get("foreign_cpu"), path, f"{where} foreign_cpu"),
-        eval_every=int(raw.get("eval_every") or 0),
-        run_ids=tuple(runs),
+        name=rec.name,
+        strategy=rec.strategy,
+        workers=rec.workers,
+        steps=rec.steps,
+        batch=rec.batch,
+        repeats=rec.repeats,
+        model=rec.model,
+        skipped=rec.skipped or "",
+        error=rec.error or "",
+        throughput=rec.examples_per_sec,
+        step_time=rec.step_time,
+        test_accuracy=rec.test_accuracy,
+        comm_share=comm.share if comm else None,
+        comm_ms=comm.ms_per_step if comm else None,
+        comm_how=comm.how if comm else "",
+        time_to_target=rec.seconds_to_target,
+        target_reached=rec.target_reached,
+        target_note=rec.target_note or "",
+        foreign_cpu=rec.foreign_cpu,
+        eval_every=rec.eval_every,
+        run_ids=tuple(r.run_id for r in rec.runs),
     )
-
-
-REQUIRED_CASE = ("name", "strategy", "workers", "examples_per_sec", "step_time")
 
 
 def read_curves(runs_dir: Path, run_ids: Sequence[str]) -> tuple[tuple[EvalPoint, ...], ...]:
@@ -495,32 +446,13 @@ def with_scaling(cases: Sequence[CaseSummary]) -> tuple[CaseSummary, ...]:
     return tuple(out)
 
 
-META_SKIP = {
-    "schema",
-    "benchmark",
-    "bench_id",
-    "created",
-    "quick",
-    "wall_seconds",
-    "machine",
-    "cases",
-    "overhead",
-    "overhead_error",
-    "target_accuracy",
-    "created_utc",
-}
-
-
-def _meta(doc: Mapping) -> tuple[tuple[str, str], ...]:
+def _meta(doc: BenchFile) -> tuple[tuple[str, str], ...]:
     """Everything else the file records about where it ran (machine details, command...)."""
-    rows = []
-    machine = doc.get("machine") or {}
-    for key, value in machine.items():
-        if key not in ("cores", "cores_per_worker"):
-            rows.append((key.replace("_", " "), _text(value)))
-    for key, value in doc.items():
-        if key not in META_SKIP:
-            rows.append((key.replace("_", " "), _text(value) or "not recorded"))
+    rows = [(key.replace("_", " "), _text(value)) for key, value in doc.machine.details]
+    if doc.command is not None:
+        rows.append(("command", doc.command or "not recorded"))
+    for key, value in doc.extra:
+        rows.append((key.replace("_", " "), _text(value) or "not recorded"))
     return tuple(rows)
 
 
@@ -534,54 +466,29 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def parse(doc: Any, path: str | Path = "bench.json") -> BenchResults:
-    """A :class:`BenchResults` from a parsed bench.json document (pure)."""
-    path = Path(path)
-    if not isinstance(doc, Mapping) or doc.get("benchmark") != "strategies":
-        raise _invalid(path, "it has no 'benchmark': 'strategies' field")
-    schema = doc.get("schema")
-    if schema not in READABLE_SCHEMAS:
-        raise ConfigError(
-            f"{path} has bench.json schema {schema!r}; this ddlkit reads schemas "
-            f"{', '.join(map(str, READABLE_SCHEMAS))}. Fix: run `ddlkit bench` again with "
-            f"this ddlkit, or update ddlkit."
-        )
-    missing = [k for k in ("bench_id", "created", "machine", "cases") if k not in doc]
-    if missing:
-        raise _invalid(path, f"it lacks {', '.join(missing)}")
-    if not isinstance(doc["cases"], list) or not doc["cases"]:
-        raise _invalid(path, "it has no cases")
-    machine = doc["machine"]
-    try:
-        cores = tuple(int(c) for c in machine["cores"])
-        per_worker = int(machine["cores_per_worker"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _invalid(path, f"machine lacks cores or cores_per_worker ({exc!r})") from None
-    cases = with_scaling([_case(c, path, i) for i, c in enumerate(doc["cases"])])
-    overhead = doc.get("overhead")
-    ratio, ratios = None, ()
-    if overhead:
-        try:
-            ratio = float(overhead["ratio_median"])
-            ratios = tuple(float(r) for r in overhead.get("ratios") or ())
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _invalid(path, f"overhead lacks ratio_median or ratios ({exc!r})") from None
-    target = doc.get("target_accuracy")
+def from_file(doc: BenchFile, path: str | Path = "bench.json") -> BenchResults:
+    """The typed file (:mod:`ddlkit.bench.schema`) as results to show (pure)."""
+    overhead = doc.overhead
     return BenchResults(
-        path=path,
-        bench_id=str(doc["bench_id"]),
-        created=float(doc["created"]),
-        quick=bool(doc.get("quick")),
-        wall_seconds=float(doc.get("wall_seconds") or 0.0),
-        cores=cores,
-        cores_per_worker=per_worker,
-        cases=cases,
-        target_accuracy=None if target is None else float(target),
-        overhead_ratio=ratio,
-        overhead_ratios=ratios,
-        overhead_note=str(doc.get("overhead_error") or ""),
+        path=Path(path),
+        bench_id=doc.bench_id,
+        created=doc.created,
+        quick=doc.quick,
+        wall_seconds=doc.wall_seconds,
+        cores=doc.machine.cores,
+        cores_per_worker=doc.machine.cores_per_worker,
+        cases=with_scaling([summary(c) for c in doc.cases]),
+        target_accuracy=doc.target_accuracy,
+        overhead_ratio=overhead.ratio_median if overhead else None,
+        overhead_ratios=overhead.ratios if overhead else (),
+        overhead_note=doc.overhead_error or "",
         meta=_meta(doc),
     )
+
+
+def parse(doc: Any, path: str | Path = "bench.json") -> BenchResults:
+    """A :class:`BenchResults` from a parsed bench.json document (pure)."""
+    return from_file(BenchFile.from_json(doc, path), path)
 
 
 def load_results(path: str | Path, *, curves: bool = True) -> BenchResults:
@@ -592,14 +499,8 @@ def load_results(path: str | Path, *, curves: bool = True) -> BenchResults:
     Raises :class:`ConfigError` naming the path and the fix when the file is missing,
     is not JSON, or is not a ddlkit benchmark result.
     """
-    file = _bench_file(path)
-    try:
-        doc = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise _invalid(file, f"not valid JSON ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {file}: {exc}. {RUN_FIX}") from None
-    res = parse(doc, file)
+    doc, file = schema.read(path)
+    res = from_file(doc, file)
     if not curves:
         return res
     runs_dir = file.parent / "runs"

@@ -13,61 +13,26 @@ one core list per local rank in ``DDLKIT_RANK_CPUS`` and each rank pins itself i
 processes took from those cores during each run is measured (:mod:`ddlkit.bench.cpu`),
 not assumed away.
 
-bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absent)::
-
-    schema: 2, benchmark: "strategies", bench_id: str, created: float (unix time),
-    created_utc: str (ISO 8601), quick: bool, wall_seconds: float,
-    command: str (how the benchmark was started), target_accuracy: float,
-    machine: {cores: [int], cores_per_worker: int, cpu_model: str, python: str,
-              tensorflow: str | None, horovod: str | None,
-              load_start: [1, 5, 15 min load averages], load_end: [...]},
-    cases: [ {
-        name: "multi_worker-x2", strategy: str (single, independent, mirrored,
-        multi_worker, parameter_server, horovod; independent-xN: N single-device
-        processes that never communicate, the machine's scaling ceiling), workers: int,
-        steps: int,
-        batch: int (per replica), repeats: int, model: str (data set of the CNN),
-        eval_every: int (0: no held-out evals), eval_examples: int,
-        skipped: str | None (why the case did not run), error: str | None,
-        runs: [ {run_id, examples_per_sec, step_time (s), test_accuracy, wall_seconds,
-                 seconds_to_target | None, best_eval_accuracy | None, evals: int,
-                 foreign_cpu | None (0..1 share of the case's cores used by other
-                 processes), comm_ms_per_step | None} ],
-        examples_per_sec, step_time, test_accuracy, foreign_cpu:
-            {median, min, max, n} | None   (over the runs),
-        seconds_to_target: {median, min, max, n} | None  (over the runs that reached it),
-        target_reached: "k/n" runs, target_note: str | None (e.g. "not reached in 60
-            steps (best 0.93)"),
-        speedup: float | None (throughput / the same strategy's x1; independent: single-x1),
-        efficiency: float | None (speedup / workers),
-        vs_single: float | None (throughput / single-x1's),
-        comm: {share: float | None (0..1 of a step), ms_per_step: float | None,
-               how: str (measured how, estimated how, or why not measured)},
-        profile_run: a run as in runs | None (Horovod x2+: the extra run with the timeline
-            on that comm is measured in; not part of the medians),
-    } ],
-    overhead: {by_hand: [examples/s], kit: [...], ratios: [...], ratio_median: float,
-               ratio_min: float, ratio_max: float, order: ["hand-first" | "kit-first"],
-               workers: int, steps: int} | None,
-    overhead_error: str | None
+bench.json is written from :class:`ddlkit.bench.schema.BenchFile` (the schema, its
+fields and their meaning are documented there, next to the reader).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ddlkit import settings
 from ddlkit.bench.config import BenchCase
 from ddlkit.bench.cpu import CpuWatch
 from ddlkit.bench.overhead import Overhead, measure_overhead
+from ddlkit.bench.schema import SCHEMA_VERSION, BenchFile, CaseRecord, Machine, write_atomic
 from ddlkit.bench.stats import (
     RunMeasure,
     Scaling,
@@ -85,7 +50,7 @@ from ddlkit.launch.runs import new_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_DIR = ROOT / "launch"
-SCHEMA_VERSION = 2
+__all__ = ["SCHEMA_VERSION", "BenchResult", "CaseResult", "run_bench", "run_case_once"]
 
 
 @dataclass
@@ -104,49 +69,55 @@ class CaseResult:
     def spread(self, attr: str) -> Spread | None:
         return summarize([getattr(r, attr) for r in self.runs]) if self.runs else None
 
-    def to_dict(
+    def to_record(
         self, scale: Scaling | None, single: float | None = None, single_step: float | None = None
-    ) -> dict:
+    ) -> CaseRecord:
+        """This case as bench.json holds it; `scale` and `single`/`single_step` (single-x1's
+        throughput and step time) give the numbers measured against other cases."""
         c = self.case
-        out = {
-            "name": c.name,
-            "strategy": c.strategy,
-            "workers": c.workers,
-            "steps": c.steps,
-            "batch": c.batch,
-            "repeats": c.repeats,
-            "model": c.model,
-            "eval_every": c.eval_every,
-            "eval_examples": c.eval_examples,
-            "skipped": c.skip or None,
-            "error": self.error or None,
-            "runs": [vars(r) for r in self.runs],
-        }
-        for attr in ("examples_per_sec", "step_time", "test_accuracy"):
-            s = self.spread(attr)
-            out[attr] = s.to_dict() if s else None
+        rate, step = self.spread("examples_per_sec"), self.spread("step_time")
         foreign = [r.foreign_cpu for r in self.runs if r.foreign_cpu is not None]
-        out["foreign_cpu"] = summarize(foreign).to_dict() if foreign else None
-        out.update(self._target())
-        step = out["step_time"] and out["step_time"]["median"]
         p = self.profile
-        out["comm"] = communication(
+        comm = communication(
             c.strategy,
-            step,
+            step and step.median,
             p and p.comm_ms_per_step,
             single_step,
             workers=c.workers,
             profiled_step_time=p and p.step_time,
-        ).to_dict()
-        out["profile_run"] = vars(p) if p else None
-        out["speedup"] = scale.speedup if scale else None
-        out["efficiency"] = scale.efficiency if scale else None
-        # against one device without a strategy: what distribution buys overall
-        rate = out["examples_per_sec"]
-        out["vs_single"] = rate["median"] / single if rate and single else None
-        return out
+        )
+        return CaseRecord(
+            name=c.name,
+            strategy=c.strategy,
+            workers=c.workers,
+            steps=c.steps,
+            batch=c.batch,
+            repeats=c.repeats,
+            model=c.model,
+            eval_every=c.eval_every,
+            eval_examples=c.eval_examples,
+            skipped=c.skip or None,
+            error=self.error or None,
+            runs=tuple(self.runs),
+            examples_per_sec=rate,
+            step_time=step,
+            test_accuracy=self.spread("test_accuracy"),
+            foreign_cpu=summarize(foreign) if foreign else None,
+            comm=comm,
+            profile_run=p,
+            speedup=scale.speedup if scale else None,
+            efficiency=scale.efficiency if scale else None,
+            # against one device without a strategy: what distribution buys overall
+            vs_single=rate.median / single if rate and single else None,
+            **self._target(),
+        )
 
-    def _target(self) -> dict:
+    def to_dict(
+        self, scale: Scaling | None, single: float | None = None, single_step: float | None = None
+    ) -> dict:
+        return self.to_record(scale, single, single_step).to_json()
+
+    def _target(self) -> dict[str, Any]:
         reached = [r.seconds_to_target for r in self.runs if r.seconds_to_target is not None]
         note = None
         if not self.case.eval_every:
@@ -158,7 +129,7 @@ class CaseResult:
                 f"of {len(self.runs)} runs (best held-out accuracy {best:.3f})"
             )
         return {
-            "seconds_to_target": summarize(reached).to_dict() if reached else None,
+            "seconds_to_target": summarize(reached) if reached else None,
             "target_reached": f"{len(reached)}/{len(self.runs)}",
             "target_note": note,
         }
@@ -196,43 +167,46 @@ class BenchResult:
         }
         return scaling(rates)
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> BenchFile:
+        """The benchmark so far as bench.json's typed model."""
         scale = self.scaling()
         base = [r for r in self.cases if r.case.strategy == "single" and r.ok]
         single = base[0].spread("examples_per_sec").median if base else None
         single_step = base[0].spread("step_time").median if base else None
-        machine = {"cores": list(self.cores), "cores_per_worker": self.cores_per_worker}
-        return {
-            "schema": SCHEMA_VERSION,
-            "benchmark": "strategies",
-            "bench_id": self.bench_id,
-            "created": self.started,
-            "created_utc": datetime.fromtimestamp(self.started, UTC).isoformat(),
-            "quick": self.quick,
-            "wall_seconds": self.wall_seconds,
-            "command": self.command,
-            "target_accuracy": self.target,
-            "machine": {**machine, **self.machine},
-            "cases": [
-                r.to_dict(scale.get((r.case.strategy, r.case.workers)), single, single_step)
+        return BenchFile(
+            bench_id=self.bench_id,
+            created=self.started,
+            machine=Machine.of(self.cores, self.cores_per_worker, self.machine),
+            cases=tuple(
+                r.to_record(scale.get((r.case.strategy, r.case.workers)), single, single_step)
                 for r in self.cases
-            ],
-            "overhead": self.overhead.to_dict() if self.overhead else None,
-            "overhead_error": self.overhead_error or None,
-        }
+            ),
+            quick=self.quick,
+            wall_seconds=self.wall_seconds,
+            command=self.command,
+            target_accuracy=self.target,
+            overhead=self.overhead.to_record() if self.overhead else None,
+            overhead_error=self.overhead_error or None,
+            schema=SCHEMA_VERSION,
+        )
+
+    def to_dict(self) -> dict:
+        """bench.json's content (:meth:`to_record` as JSON)."""
+        return self.to_record().to_json()
 
     def write(self) -> Path:
         """bench.json, atomically (a reader never sees half a file)."""
-        self.bench_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2))
-        os.replace(tmp, self.path)
-        return self.path
+        return write_atomic(self.to_record(), self.path)
+
+    def results(self):
+        """The benchmark as :func:`ddlkit.bench.results.load_results` reads it back (the
+        one table: the CLI prints it, a notebook shows it)."""
+        from ddlkit.bench.results import from_file
+
+        return from_file(self.to_record(), self.path)
 
     def _repr_html_(self) -> str:
-        from ddlkit.bench.report import html_report
-
-        return html_report(self.to_dict())
+        return self.results()._repr_html_()
 
 
 def machine_info() -> dict:
@@ -483,7 +457,7 @@ def run_bench(
     result.wall_seconds = time.perf_counter() - t0
     result.machine["load_end"] = list(os.getloadavg())
     result.write()
-    from ddlkit.bench.report import save_plot
+    from ddlkit.bench.plots import save_png
 
-    save_plot(result.to_dict(), result.plot_path)
+    save_png(result.results(), result.plot_path)
     return result

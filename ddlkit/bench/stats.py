@@ -6,64 +6,26 @@
 - :func:`summarize`: repeats of a case to median and spread (min, max).
 - :func:`scaling`: speed-up and scaling efficiency of each case against the same
   strategy with one worker.
+
+:class:`Spread`, :class:`RunMeasure` and :class:`Communication` are bench.json's own
+types (:mod:`ddlkit.bench.schema`), imported here for the functions that make them.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from ddlkit.bench.schema import Communication, RunMeasure, Spread
 from ddlkit.errors import DdlkitError
 from ddlkit.results import throughput
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Median of repeated measurements and their range."""
-
-    median: float
-    min: float
-    max: float
-    n: int
-
-    @property
-    def rel_range(self) -> float:
-        """(max - min) / median: 0 when every repeat agreed."""
-        return (self.max - self.min) / self.median if self.median else 0.0
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def summarize(values: Sequence[float]) -> Spread:
     if not values:
         raise ValueError("no values to summarize: a case needs at least one finished run")
     return Spread(statistics.median(values), min(values), max(values), len(values))
-
-
-@dataclass(frozen=True)
-class RunMeasure:
-    """One finished run of a case.
-
-    ``seconds_to_target``: training seconds (evaluations left out) until the held-out
-    accuracy first reached the target, None when it did not (or nothing evaluated);
-    ``best_eval_accuracy``: the best held-out accuracy seen; ``foreign_cpu``: the share of
-    the run's cores other processes used while it ran (:mod:`ddlkit.bench.cpu`);
-    ``comm_ms_per_step``: measured communication per step where the strategy shows it
-    (Horovod's timeline), else None.
-    """
-
-    run_id: str
-    examples_per_sec: float
-    step_time: float
-    test_accuracy: float
-    wall_seconds: float
-    seconds_to_target: float | None = None
-    best_eval_accuracy: float | None = None
-    evals: int = 0
-    foreign_cpu: float | None = None
-    comm_ms_per_step: float | None = None
 
 
 def warmup_steps(steps: int) -> int:
@@ -187,18 +149,6 @@ PS_COMM = (
 )
 NO_COMM = "one device, no strategy: nothing to communicate"
 INDEPENDENT_COMM = "independent processes: nothing to communicate (the scaling ceiling)"
-
-
-@dataclass(frozen=True)
-class Communication:
-    """The share of a step spent communicating, or why there is none (``how``)."""
-
-    share: float | None
-    ms_per_step: float | None
-    how: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def communication(
