@@ -11,7 +11,8 @@ report (no TensorFlow here):
 - :func:`eval_curve` reads the ``eval`` events a run's chief (parameter server
   script) or worker-0 (``launch/train_sync_eval.py``) reported: accuracy on the
   same held-out images against training seconds (evaluation time left out);
-- :func:`time_to_accuracy` is the first training second a curve reached a target;
+- :func:`time_to_accuracy` is the first training second a curve reached a target
+  (both from :mod:`ddlkit.metrics.evals`, where every reader of eval events goes);
 - :class:`SyncAsync` puts a synchronous and an asynchronous run side by side as
   a table and one figure (:meth:`SyncAsync.plot`); :class:`Comparison` (built by
   :func:`compare_runs`) does the same for any number of runs (all-reduce, synchronous,
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError, JobTimeoutError
+from ddlkit.metrics.evals import EvalPoint, eval_points, time_to_accuracy
 
 _PS_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 
@@ -158,56 +160,15 @@ def from_counts(histogram: Mapping[str, int]) -> list[int]:
     return out
 
 
-@dataclass(frozen=True)
-class EvalPoint:
-    """Held-out accuracy after ``step`` steps and ``train_seconds`` of training."""
-
-    step: int
-    examples: int
-    train_seconds: float
-    accuracy: float
-    loss: float
-
-
 def eval_curve(records: Iterable) -> list[EvalPoint]:
-    """The ``eval`` events of a run's records, in training-time order (pure).
+    """The ``eval`` events of a run's records, in training-time order (pure), each with
+    its step, examples, train_seconds, accuracy and loss
+    (:func:`ddlkit.metrics.evals.eval_points`, which raises naming a missing one).
 
     ``records`` are :class:`ddlkit.metrics.Record` objects (``dk.metrics.load_run``
     or ``run.records()``); only events named ``eval`` count.
     """
-    points = []
-    for r in records:
-        if r.kind != "event" or r.name != "eval":
-            continue
-        info = r.info
-        try:
-            points.append(
-                EvalPoint(
-                    step=int(info["step"]),
-                    examples=int(info["examples"]),
-                    train_seconds=float(info["train_seconds"]),
-                    accuracy=float(info["accuracy"]),
-                    loss=float(info["loss"]),
-                )
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DdlkitError(
-                f"eval event of {r.worker!r} (seq {r.seq}) lacks step, examples, "
-                f"train_seconds, accuracy or loss ({exc!r}). Fix: report evals with "
-                f"reporter.event('eval', step=..., examples=..., train_seconds=..., "
-                f"accuracy=..., loss=...)."
-            ) from exc
-    return sorted(points, key=lambda p: (p.train_seconds, p.step))
-
-
-def time_to_accuracy(curve: Sequence[EvalPoint], target: float) -> float | None:
-    """Training seconds at the first evaluation reaching ``target``; None if none did."""
-    if not 0.0 <= target <= 1.0:
-        raise DdlkitError(f"target accuracy {target!r} must be in [0, 1]. Fix: pass e.g. 0.9.")
-    for p in curve:
-        if p.accuracy >= target:
-            return p.train_seconds
-    return None
+    return eval_points(records, require=("step", "examples", "loss"))
 
 
 @dataclass(frozen=True)

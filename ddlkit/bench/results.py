@@ -28,15 +28,7 @@ from ddlkit.bench import schema
 from ddlkit.bench.schema import BenchFile, CaseRecord, Spread
 from ddlkit.bench.stats import scaling
 from ddlkit.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class EvalPoint:
-    """Held-out accuracy after ``seconds`` of training (evaluation time left out)."""
-
-    seconds: float
-    accuracy: float
-    step: int | None = None
+from ddlkit.metrics.evals import EvalPoint, eval_points
 
 
 @dataclass(frozen=True)
@@ -408,21 +400,9 @@ def read_curves(runs_dir: Path, run_ids: Sequence[str]) -> tuple[tuple[EvalPoint
         run_dir = Path(runs_dir) / run_id
         if not (run_dir / "metrics").is_dir():
             continue
-        points = []
-        for r in load_run(run_dir):
-            if r.kind != "event" or r.name != "eval":
-                continue
-            e = r.info
-            try:
-                step = None if e.get("step") is None else int(e["step"])
-                points.append(EvalPoint(float(e["train_seconds"]), float(e["accuracy"]), step))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"an eval event in {run_dir} lacks train_seconds or accuracy ({exc!r}). "
-                    f"Fix: re-run the benchmark with this ddlkit's worker scripts."
-                ) from None
+        points = eval_points(load_run(run_dir))
         if points:
-            out.append(tuple(sorted(points, key=lambda p: p.seconds)))
+            out.append(tuple(points))
     return tuple(out)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ddlkit.bench.schema import Communication, RunMeasure, Spread
 from ddlkit.errors import DdlkitError
+from ddlkit.metrics.evals import EvalPoint, eval_points, eval_waits, time_to_accuracy
 from ddlkit.results import throughput
 
 
@@ -39,27 +40,9 @@ def steady(records: Iterable, warmup: int, leave_out: Collection[int] = ()) -> l
     return [r for r in records if r.kind == "step" and r.step > warmup and r.step not in leave_out]
 
 
-def evals(records: Iterable) -> list[Mapping]:
-    """The ``eval`` events' details (step, train_seconds, accuracy, ...), in step order."""
-    found = [r.info for r in records if r.kind == "event" and r.name == "eval"]
-    return sorted(found, key=lambda e: (e.get("step", 0), e.get("train_seconds", 0)))
-
-
-def eval_waits(records: Iterable) -> set[int]:
-    """Steps whose time includes a held-out evaluation: the one after each eval (pure).
-
-    An evaluation runs after step N's record, so step N+1's time holds it (and on the
-    other workers, which wait for the evaluating one at the next all-reduce).
-    """
-    return {int(e["step"]) + 1 for e in evals(records) if "step" in e}
-
-
-def time_to_target(events: Sequence[Mapping], target: float) -> float | None:
+def time_to_target(points: Sequence[EvalPoint], target: float) -> float | None:
     """Training seconds at the first evaluation with accuracy >= `target` (pure)."""
-    for e in events:
-        if float(e.get("accuracy", -1)) >= target:
-            return float(e["train_seconds"])
-    return None
+    return time_to_accuracy(points, target)
 
 
 def step_time(records: Iterable) -> float:
@@ -92,7 +75,7 @@ def measure(
             f"run {run_id} sent no step records after the first {warmup_steps(steps)} steps. "
             f"Fix: run more steps (--steps), and check the run's logs."
         )
-    found = evals(records)
+    found = eval_points(records)
     return RunMeasure(
         run_id=run_id,
         examples_per_sec=throughput(kept, skip=0),
@@ -100,7 +83,7 @@ def measure(
         test_accuracy=float(report["test_accuracy"]),
         wall_seconds=wall_seconds,
         seconds_to_target=time_to_target(found, target) if target is not None else None,
-        best_eval_accuracy=max((float(e["accuracy"]) for e in found), default=None),
+        best_eval_accuracy=max((p.accuracy for p in found), default=None),
         evals=len(found),
         foreign_cpu=foreign_cpu,
         comm_ms_per_step=comm_ms_per_step,
