@@ -31,14 +31,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddlkit import settings
 from ddlkit._tables import html_table, text_table
-from ddlkit.errors import ConfigError, DdlkitError, JobTimeoutError
+from ddlkit.errors import ConfigError, DdlkitError
+from ddlkit.metrics.waiting import records_of, wait_for
 
 if TYPE_CHECKING:
     from ddlkit.launch import Run
@@ -182,17 +182,9 @@ class ResumePoints(tuple):
 
 
 def _records(run: Run) -> list:
-    """A run's records: from its collector while it runs, else from its JSONL files.
-
-    Once the run has ended the files are the complete account: a worker writes each
-    record to its file before sending it, and a killed worker's last ones may never
-    have reached the collector.
-    """
-    if getattr(run, "collector", None) is not None and not run.job.done:
-        return run.records()
-    from ddlkit.metrics import load_run
-
-    return load_run(run.run_dir)
+    """A run's records: from its collector while it runs, else from its JSONL files
+    (:func:`ddlkit.metrics.waiting.records_of`)."""
+    return records_of(run)
 
 
 def _events(records: Sequence, name: str) -> list:
@@ -201,7 +193,11 @@ def _events(records: Sequence, name: str) -> list:
 
 def backups(run: Run) -> list[int]:
     """The epochs (0-based) whose backup the run's chief has written, in order."""
-    return [int(r.info["epoch"]) for r in _events(_records(run), BACKUP_EVENT)]
+    return _backups(_records(run))
+
+
+def _backups(records: Sequence) -> list[int]:
+    return [int(r.info["epoch"]) for r in _events(records, BACKUP_EVENT)]
 
 
 def resume_points(run: Run) -> ResumePoints:
@@ -230,27 +226,27 @@ def wait_for_backup(run: Run, epoch: int = 0, timeout: float = 300.0, poll: floa
     """
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         raise ConfigError(f"epoch={epoch!r} must be an int >= 0 (0-based). Fix: e.g. epoch=0.")
-    deadline = time.monotonic() + timeout
-    while True:
-        done = run.job.done  # read first: records written before the end are then all in
-        saved = [e for e in backups(run) if e >= epoch]
-        if saved:
-            return saved[0]
-        if done:
-            run.wait()  # raises the failure, if there was one
-            raise DdlkitError(
-                f"run {run.run_id} ended ({run.job.state}) without backing up epoch {epoch} "
-                f"(backups: {backups(run) or 'none'}). Fix: train for more than {epoch + 1} "
-                f"epoch(s), with --backup-dir (BackupAndRestore) and a faults.ResumeReporter."
-            )
-        if time.monotonic() >= deadline:
-            raise JobTimeoutError(
-                f"run {run.run_id} has not backed up epoch {epoch} after {timeout} s "
-                f"(backups so far: {backups(run) or 'none'}); its workers are still running. "
-                f"Fix: look at run.tail('worker-0'), then wait with a longer timeout, or end "
-                f"the run with run.stop()."
-            )
-        time.sleep(poll)
+
+    def found(records: Sequence) -> int | None:
+        saved = [e for e in _backups(records) if e >= epoch]
+        return saved[0] if saved else None
+
+    def ended(records: Sequence) -> str:
+        return (
+            f"run {run.run_id} ended ({run.job.state}) without backing up epoch {epoch} "
+            f"(backups: {_backups(records) or 'none'}). Fix: train for more than {epoch + 1} "
+            f"epoch(s), with --backup-dir (BackupAndRestore) and a faults.ResumeReporter."
+        )
+
+    def late(records: Sequence) -> str:
+        return (
+            f"run {run.run_id} has not backed up epoch {epoch} after {timeout} s "
+            f"(backups so far: {_backups(records) or 'none'}); its workers are still running. "
+            f"Fix: look at run.tail('worker-0'), then wait with a longer timeout, or end "
+            f"the run with run.stop()."
+        )
+
+    return wait_for(run, found, timeout=timeout, ended=ended, late=late, poll=poll)
 
 
 # -- the worker-side callback (built on first use: importing this module loads no TF) ------------

@@ -28,14 +28,14 @@ import io
 import json
 import math
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ddlkit._tables import html_table
-from ddlkit.errors import DdlkitError, JobTimeoutError
+from ddlkit.errors import DdlkitError
 from ddlkit.metrics.evals import EvalPoint, eval_points, time_to_accuracy
+from ddlkit.metrics.waiting import wait_for
 
 _PS_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 
@@ -486,23 +486,27 @@ def _median(values: Sequence[float]) -> float:
 def wait_for_step(run, step: int, *, worker: str = "chief-0", timeout: float = 600) -> int:
     """Wait until ``worker`` of a running job reported at least ``step`` steps; the step.
 
-    Raises JobTimeoutError after ``timeout`` seconds (the job keeps running), and
-    DdlkitError if the job ended first.
+    Raises JobTimeoutError after ``timeout`` seconds (the job keeps running), the
+    run's WorkerFailedError if a worker failed first, and DdlkitError if the job ended
+    first without failing (:func:`ddlkit.metrics.waiting.wait_for`).
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        done = [r.step for r in run.records(worker) if r.kind == "step"]
-        if done and max(done) >= step:
-            return max(done)
-        if run.job.done:
-            raise DdlkitError(
-                f"run {run.run_id} ended ({run.job.state}) before {worker} reported step {step} "
-                f"(last: {max(done, default=0)}). Fix: wait for an earlier step, or run more steps."
-            )
-        if time.monotonic() >= deadline:
-            raise JobTimeoutError(
-                f"{worker} of run {run.run_id} has not reported step {step} after {timeout} s "
-                f"(last: {max(done, default=0)}). Fix: wait longer, or look at "
-                f"run.tail({worker!r})."
-            )
-        time.sleep(0.2)
+
+    def last(records: Sequence) -> int:
+        return max((r.step for r in records if r.kind == "step"), default=0)
+
+    def found(records: Sequence) -> int | None:
+        return last(records) if last(records) >= step else None
+
+    def ended(records: Sequence) -> str:
+        return (
+            f"run {run.run_id} ended ({run.job.state}) before {worker} reported step {step} "
+            f"(last: {last(records)}). Fix: wait for an earlier step, or run more steps."
+        )
+
+    def late(records: Sequence) -> str:
+        return (
+            f"{worker} of run {run.run_id} has not reported step {step} after {timeout} s "
+            f"(last: {last(records)}). Fix: wait longer, or look at run.tail({worker!r})."
+        )
+
+    return wait_for(run, found, timeout=timeout, ended=ended, late=late, worker=worker)
