@@ -436,3 +436,26 @@ def test_foreign_cpu_share_from_proc_stat(monkeypatch):
     watch = cpu.CpuWatch.start((0,))
     time.sleep(0.2)  # a few clock ticks
     assert 0.0 <= watch.foreign_share() <= 1.0
+
+
+def test_a_case_starts_with_its_cores_and_env_and_leaves_this_process_alone(tmp_path, monkeypatch):
+    import os
+
+    seen = {}
+
+    def fake_start(script, **kwargs):
+        seen.update(kwargs)
+        raise DdlkitError("stop here")
+
+    monkeypatch.setattr("ddlkit.launch.run.start", fake_start)
+    affinity, environ = os.sched_getaffinity(0), dict(os.environ)
+    timeline = tmp_path / "t" / "horovod-x2.json"
+    with pytest.raises(DdlkitError, match="stop here"):
+        run.run_case_once(BenchCase("horovod", 2, 20), cpus=(0,), runs_dir=tmp_path,
+                          timeline=timeline)  # fmt: skip
+    assert seen["cores"] == (0,) and seen["env"] == {"HOROVOD_TIMELINE": str(timeline)}
+    assert seen["workers"] == 2 and seen["strategy"] == "horovod"
+    with pytest.raises(DdlkitError, match="stop here"):
+        run.run_case_once(BenchCase("multi_worker", 2, 20), cpus=(0, 1), runs_dir=tmp_path)
+    assert seen["cores"] == (0, 1) and seen["env"] == {}
+    assert os.sched_getaffinity(0) == affinity and dict(os.environ) == environ

@@ -5,11 +5,13 @@
 
 The one place that starts processes for a benchmark. Fairness on a small machine: a
 case with N workers gets the first N x k cores (k = cores per worker, the same in every
-case) and the launcher pins each worker to its own of them with matching thread counts;
-processes the launcher does not pin (the mirrored and single-device process, PS chief
-and ps tasks) inherit that core set. horovodrun starts its ranks itself, so it gets
-one core list per local rank in ``DDLKIT_RANK_CPUS`` and each rank pins itself in
-``ddlkit.horovod.init()`` (:mod:`ddlkit.horovod.pinning`). What the machine's other
+case), passed as ``start(cores=...)``: the launcher pins each worker to its own of them
+with matching thread counts and confines the processes it does not pin (the mirrored and
+single-device process, PS chief and ps tasks, horovodrun) to that core set. horovodrun
+starts its ranks itself, so the launcher gives it one core list per local rank in
+``DDLKIT_RANK_CPUS`` and each rank pins itself in ``ddlkit.horovod.init()``
+(:mod:`ddlkit.horovod.pinning`). Horovod's timeline goes in ``start(env=...)``. This
+process's environment and CPU affinity are left alone. What the machine's other
 processes took from those cores during each run is measured (:mod:`ddlkit.bench.cpu`),
 not assumed away.
 
@@ -23,7 +25,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +46,7 @@ from ddlkit.bench.stats import (
     warmup_steps,
 )
 from ddlkit.errors import DdlkitError, JobTimeoutError
-from ddlkit.horovod import pinning
-from ddlkit.launch import devices, plan, spec
+from ddlkit.launch import devices, plan
 from ddlkit.launch.runs import new_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,35 +246,10 @@ def case_cores(workers: int, per_worker: int, cores: tuple[int, ...]) -> tuple[i
     return cores[:need] if need <= len(cores) else cores
 
 
-@contextlib.contextmanager
-def _limited(cpus: tuple[int, ...], env: dict[str, str]) -> Iterator[None]:
-    """Start processes on `cpus` with `env` added: children inherit both.
-
-    Affinity is per thread on Linux, so afterwards every thread of this process
-    (including the ones start() made, e.g. the metrics collector) gets all cores back.
-    """
-    original = os.sched_getaffinity(0)
-    saved = {k: os.environ.get(k) for k in env}
-    os.sched_setaffinity(0, cpus)
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        for tid in os.listdir("/proc/self/task"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.sched_setaffinity(int(tid), original)
-
-
 def run_case_once(
     case: BenchCase,
     *,
     cpus: tuple[int, ...],
-    threads: int,
     runs_dir: Path,
     launch_dir: Path = LAUNCH_DIR,
     timeout: float = 900,
@@ -288,22 +264,23 @@ def run_case_once(
     from ddlkit.launch.run import start
 
     env = {}
-    if case.strategy == "horovod":  # horovodrun starts the ranks: each pins itself in init()
-        env = {**spec.thread_env(threads), **pinning.rank_cpus_env(cpus, case.workers)}
-        if timeline is not None:
-            timeline.parent.mkdir(parents=True, exist_ok=True)
-            env["HOROVOD_TIMELINE"] = str(timeline)
+    if timeline is not None and case.strategy == "horovod":
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        env["HOROVOD_TIMELINE"] = str(timeline)
     watch = CpuWatch.start(cpus)
     t0 = time.perf_counter()
-    with _limited(cpus, env):
-        run = start(
-            case.script(launch_dir),
-            strategy=case.launch_strategy,
-            workers=case.workers,
-            args=case.args(),
-            runs_dir=runs_dir,
-            label=case.name,
-        )
+    # cores: every process of the run on `cpus`, each worker on its own slice of them
+    # (horovodrun's ranks pin themselves to theirs, DDLKIT_RANK_CPUS); no global state
+    run = start(
+        case.script(launch_dir),
+        strategy=case.launch_strategy,
+        workers=case.workers,
+        args=case.args(),
+        runs_dir=runs_dir,
+        label=case.name,
+        cores=cpus,
+        env=env,
+    )
     try:
         run.wait(timeout=timeout)
     except JobTimeoutError:
@@ -391,7 +368,6 @@ def run_bench(
                 m = run_case_once(
                     c.case,
                     cpus=cpus,
-                    threads=per_worker,
                     runs_dir=bench_dir / "runs",
                     launch_dir=launch_dir,
                     timeout=timeout,
@@ -421,7 +397,6 @@ def run_bench(
             c.profile = run_case_once(
                 c.case,
                 cpus=cpus,
-                threads=per_worker,
                 runs_dir=bench_dir / "runs",
                 launch_dir=launch_dir,
                 timeout=timeout,
