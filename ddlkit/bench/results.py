@@ -1,5 +1,8 @@
 """A strategy benchmark's results read back from ``bench.json``: typed, for notebooks.
 
+One concern: showing a benchmark (its cases as the one table, with notes, where it ran,
+the planned cases before a run); the file itself is :mod:`ddlkit.bench.schema`.
+
     res = load_results("runs/<bench-id>")        # the run directory or its bench.json
     res                                          # one row per case (HTML in a notebook)
     res.case("multi_worker-x2").efficiency       # speed-up over multi_worker-x1 / workers

@@ -9,7 +9,7 @@ Every class checks itself when built (a wrong value raises :class:`SchemaError`,
 :class:`~ddlkit.errors.ConfigError` naming the file, the field and the fix.
 ``from_json(x.to_json()) == x`` for every class (tested). Schema 1 files (before time to
 target, communication and machine details) still read: what they lack stays ``None``.
-One concern, the bench.json schema, in one module: its length is the schema's.
+One concern: the bench.json schema, in one module; its length is the schema's.
 
 bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absent)::
 
