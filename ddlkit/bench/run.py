@@ -305,7 +305,9 @@ def run_case_once(
     reports = run.results()
     if not reports:
         raise DdlkitError(f"{case.name}: run {run.run_id} finished without a worker result")
-    report = reports[sorted(reports)[0]]  # chief, main, rank-0 or worker-0
+    from ddlkit import strategies
+
+    report = reports[strategies.get(case.launch_strategy).speaker(list(reports))]
     return measure(
         run.records(),
         report,
