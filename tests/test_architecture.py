@@ -17,10 +17,6 @@ TO_SPLIT = {
         "the Slurm worker wrapper and the role layout, TF_CONFIG addresses and horovodrun -H "
         "it rebuilds itself: the latter go through ddlkit.cluster in the Slurm environment"
     ),
-    "ddlkit.bench.run": (
-        "runs the cases and assembles their results (CaseResult, BenchResult, machine_info): "
-        "the assembling half can move next to ddlkit.bench.schema"
-    ),
 }
 
 

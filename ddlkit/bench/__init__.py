@@ -4,7 +4,8 @@ Modules: :mod:`.config` (the cases, pure), :mod:`.stats` (throughput, step time,
 median and spread, scaling efficiency, time to a target accuracy, communication share;
 pure), :mod:`.cpu` (what other processes took from a run's cores), :mod:`.overhead`
 (the kit vs by hand), :mod:`.run` (runs the cases through ``dk.launch.start``, writes
-``runs/<bench-id>/bench.json`` and ``bench.png``), :mod:`.schema` (bench.json as typed
+``runs/<bench-id>/bench.json`` and ``bench.png``), :mod:`.measured` (what the runs
+measured, assembled into bench.json's records), :mod:`.schema` (bench.json as typed
 data: its one writer and reader), :mod:`.cli` (``ddlkit bench``), :mod:`.results`
 (a ``bench.json`` read back: the one table, for the CLI and notebooks alike),
 :mod:`.plots` (throughput, efficiency, time to accuracy),
