@@ -7,7 +7,7 @@ import textwrap
 import time
 
 import pytest
-from procutil import wait_until
+from harness.procutil import wait_until
 
 from ddlkit import faults
 from ddlkit.errors import ConfigError, DdlkitError, JobTimeoutError, WorkerFailedError

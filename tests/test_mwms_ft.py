@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procutil import alive
+from harness.procutil import alive
 
 from ddlkit import faults
 from ddlkit.errors import WorkerFailedError

@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from factories import step_record
+from harness.factories import step_record
 
 from ddlkit import ps
 from ddlkit.errors import DdlkitError

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from factories import step_record
+from harness.factories import step_record
 
 from ddlkit import results
 from ddlkit.errors import DdlkitError

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from procutil import alive, wait_until
+from harness.procutil import alive, wait_until
 
 MARKER = "DDLKIT_LAB_TEST"
 

@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
-from procutil import alive, wait_until
+from harness.procutil import alive, wait_until
 
 import ddlkit.horovod as dkh
 from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import plan
 from ddlkit.launch import run as run_mod
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The harness that runs the notebooks' own scripts outside ddlkit (tests/nbscripts.py)."""
+"""The harness that runs the notebooks' own scripts outside ddlkit (tests/harness/nbscripts.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
 
 
 def _notebook(tmp_path, *sources: str):

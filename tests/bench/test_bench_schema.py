@@ -21,7 +21,7 @@ from ddlkit.bench.schema import (
 )
 from ddlkit.errors import ConfigError
 
-RECORDED = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "bench-full.json"
+RECORDED = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "bench-full.json"
 
 
 def full_case() -> CaseRecord:

@@ -18,7 +18,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from procutil import alive, wait_until
+from harness.hosts import links, sshd_hosts
+from harness.procutil import alive, wait_until
 
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, sshd
@@ -38,22 +39,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or ""
 NS_PROBE = "import os, sys; print(os.readlink('/proc/self/ns/net'), sys.argv[1:])"
 
 
-def _links() -> str:
-    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with (
-        netns.namespaced_hosts(2) as hosts,
-        sshd.running_sshd(hosts, tmp_path_factory.mktemp("sshd")) as c,
-    ):
+    with sshd_hosts(2, tmp_path_factory.mktemp("sshd")) as c:
         yield c
-    # also after a cut link (an orphaned TCP socket keeps a namespace alive): nothing is left
-    assert not {h.name for h in hosts} & set(netns.existing())
-    assert not any(h.outer in _links() for h in hosts)
-    assert not any(alive(p) for p in c.pids)
-    assert not any((netns.NETNS_ETC / h.name).exists() for h in hosts)
 
 
 def test_ssh_runs_argv_inside_each_host(cluster):
@@ -266,7 +255,7 @@ def test_hosts_and_sshd_are_gone_after_exit_also_on_error(tmp_path):
     stray.wait(timeout=30)
     assert not set(names) & set(netns.existing())
     assert wait_until(lambda: not any(alive(p) for p in [*pids, *inside]), timeout=30)
-    assert f"dk{names[0][4:-2]}" not in _links()  # bridge and veth ends are gone
+    assert f"dk{names[0][4:-2]}" not in links()  # bridge and veth ends are gone
 
 
 MWMS_SMOKE = """\

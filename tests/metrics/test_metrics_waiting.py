@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import step_record
+from harness.factories import step_record
 
 from ddlkit import ps
 from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError

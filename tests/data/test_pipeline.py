@@ -22,7 +22,7 @@ from ddlkit.cluster.ports import free_ports
 from ddlkit.data import pipeline as pl
 from ddlkit.errors import ConfigError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def indexed(n: int, shape: tuple[int, ...] = (28, 28)) -> tuple[np.ndarray, np.ndarray]:

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from procutil import alive
+from harness.procutil import alive
 
 from ddlkit.errors import ConfigError, WorkerFailedError
 from ddlkit.launch import run as run_mod
 from ddlkit.metrics import load_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
 pytestmark = pytest.mark.slow
 

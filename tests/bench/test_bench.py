@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from factories import step_record
+from harness.factories import step_record
 
 from ddlkit.bench import config, overhead, plots, run, schema, stats
 from ddlkit.bench.cli import add_bench_parser

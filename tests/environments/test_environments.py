@@ -15,7 +15,7 @@ from ddlkit.errors import ConfigError
 from ddlkit.hosts import SshOptions
 from ddlkit.launch.spec import WorkerSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _worker(host=None, **kw):

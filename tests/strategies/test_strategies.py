@@ -89,7 +89,7 @@ def test_plan_launch_run_and_results_hold_no_strategy_branches():
     B's part of issue 13 and is not scanned yet)."""
     import ast
 
-    root = Path(__file__).resolve().parent.parent / "ddlkit"
+    root = Path(__file__).resolve().parents[2] / "ddlkit"
     names = set(strategies.BUILTIN)
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()

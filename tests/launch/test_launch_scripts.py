@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-LAUNCH = Path(__file__).resolve().parent.parent / "launch"
+LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 SCRIPTS = sorted(p for p in LAUNCH.glob("*.py") if not p.name.startswith("_"))
 
 

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from procutil import alive, marked_pids, wait_until
+from harness.procutil import alive, marked_pids, wait_until
 
 from ddlkit.errors import ConfigError, JobTimeoutError, WorkerFailedError
 from ddlkit.launch import (

@@ -6,13 +6,13 @@ import ast
 from pathlib import Path
 
 import pytest
-from procutil import marked_pids
+from harness.procutil import marked_pids
 
 from ddlkit.errors import ConfigError
 from ddlkit.launch import script_check
 from ddlkit.launch.plan import STRATEGIES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: Every script in launch/ and the strategy it is made for (None: generic, any strategy).
 KIT_SCRIPTS = [

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from procutil import alive, wait_until
+from harness.procutil import alive, wait_until
 
 import ddlkit.horovod as dkh
 from ddlkit.errors import ConfigError

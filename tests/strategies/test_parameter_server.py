@@ -12,14 +12,14 @@ import re
 from pathlib import Path
 
 import pytest
-from procutil import alive, wait_until
+from harness.procutil import alive, wait_until
 
 from ddlkit import ps
 from ddlkit.errors import DdlkitError
 from ddlkit.launch import run as run_mod
 from ddlkit.metrics import load_run
 
-LAUNCH = Path(__file__).resolve().parent.parent / "launch"
+LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 PS_SCRIPT = LAUNCH / "train_parameter_server.py"
 pytestmark = pytest.mark.slow
 

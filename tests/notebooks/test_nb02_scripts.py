@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
 
 from ddlkit import settings
 from ddlkit.cluster.ports import free_ports

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from procutil import alive, marked_pids, wait_until
+from harness.procutil import alive, marked_pids, wait_until
 
 from ddlkit.errors import ConfigError, WorkerFailedError
 from ddlkit.launch import Job, JobSpec, WorkerSpec, log_path

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import step_record
+from harness.factories import step_record
 
 from ddlkit.errors import DdlkitError
 from ddlkit.metrics import Record

@@ -6,7 +6,8 @@ import dataclasses
 import subprocess
 
 import pytest
-from procutil import alive
+from harness.hosts import demo_hosts
+from harness.procutil import alive
 
 from ddlkit import hosts
 from ddlkit.errors import DdlkitError, JobTimeoutError
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or ""
 
 @pytest.fixture(scope="module")
 def cluster():
-    with hosts.demo_cluster(2) as c:
+    with demo_hosts(2, check_left=False) as c:
         yield c
 
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
-from procutil import marked_pids, wait_until
+from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.procutil import marked_pids, wait_until
 
 from ddlkit import settings
 from ddlkit.launch import plan
