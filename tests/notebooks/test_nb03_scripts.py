@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from nbscripts import NOTEBOOKS, no_ddlkit_env, write_scripts
-from procutil import alive, wait_until
+from harness.nbscripts import NOTEBOOKS, no_ddlkit_env, write_scripts
+from harness.procutil import alive, wait_until
 
 from ddlkit.cluster.ports import free_ports
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
 NOTEBOOK = NOTEBOOKS / "03_parameter_server.ipynb"
 WORKERS = 2

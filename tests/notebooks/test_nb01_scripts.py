@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from nbscripts import NOTEBOOKS, no_ddlkit_env, write_scripts
+from harness.nbscripts import NOTEBOOKS, no_ddlkit_env, write_scripts
 
 NOTEBOOK = NOTEBOOKS / "01_mirrored_strategy.ipynb"
 WORKER = "workers/mirrored_worker.py"
