@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ddlkit import contract
 from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError
 from ddlkit.metrics.evals import EvalPoint, eval_points, time_to_accuracy
@@ -304,8 +304,8 @@ def load(run_dir: str | Path, label: str | None = None) -> RunCurve:
     run_dir = Path(run_dir)
     records = load_run(run_dir)
     histogram: dict[str, int] = {}
-    for path in sorted((run_dir / "results").glob("*.json")):
-        histogram = json.loads(path.read_text()).get("staleness_counts") or histogram
+    for report in contract.read_results(run_dir).values():
+        histogram = report.get("staleness_counts") or histogram
     steps = [r for r in records if r.kind == "step" and r.examples_per_sec]
     return RunCurve(
         label=label or run_dir.name,

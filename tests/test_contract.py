@@ -26,11 +26,7 @@ LAYOUT = frozenset(
 )
 # Files of helper B's part of issue 13 (bench/, ps.py) that build run-directory paths by
 # hand until B moves them to ddlkit.contract; each entry must still be there (else drop it).
-PENDING = {
-    ("ddlkit/bench/results.py", contract.METRICS_DIR),
-    ("ddlkit/bench/run.py", contract.LOGS_DIR),
-    ("ddlkit/ps.py", contract.RESULTS_DIR),
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def _sources():

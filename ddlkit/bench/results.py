@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ddlkit import contract
 from ddlkit._tables import html_table, text_table
 from ddlkit.bench import schema
 from ddlkit.bench.schema import BenchFile, CaseRecord, Spread
@@ -401,7 +402,7 @@ def read_curves(runs_dir: Path, run_ids: Sequence[str]) -> tuple[tuple[EvalPoint
     out = []
     for run_id in run_ids:
         run_dir = Path(runs_dir) / run_id
-        if not (run_dir / "metrics").is_dir():
+        if not contract.metrics_dir(run_dir).is_dir():
             continue
         points = eval_points(load_run(run_dir))
         if points:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ddlkit import settings
+from ddlkit import contract, settings
 from ddlkit.bench.config import BenchCase
 from ddlkit.bench.cpu import CpuWatch
 from ddlkit.bench.measured import BenchResult, CaseResult, machine_info
@@ -100,7 +100,7 @@ def run_case_once(
         run.stop()
         raise DdlkitError(
             f"{case.name}: run {run.run_id} did not finish in {timeout:.0f} s and was stopped. "
-            f"Fix: fewer --steps, or read its logs in {run.run_dir / 'logs'}."
+            f"Fix: fewer --steps, or read its logs in {contract.logs_dir(run.run_dir)}."
         ) from None
     finally:
         if not run.job.done:
