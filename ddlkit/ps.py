@@ -13,29 +13,32 @@ report (no TensorFlow here):
   same held-out images against training seconds (evaluation time left out);
 - :func:`time_to_accuracy` is the first training second a curve reached a target
   (both from :mod:`ddlkit.metrics.evals`, where every reader of eval events goes);
-- :class:`SyncAsync` puts a synchronous and an asynchronous run side by side as
-  a table and one figure (:meth:`SyncAsync.plot`); :class:`Comparison` (built by
-  :func:`compare_runs`) does the same for any number of runs (all-reduce, synchronous,
-  asynchronous and Downpour parameter servers: ``launch/train_ps_modes.py``);
+- the comparison views live in :mod:`ddlkit.ps_compare` and are importable from here:
+  :class:`SyncAsync` (:func:`compare`) puts a synchronous and an asynchronous run side by
+  side as a table and one figure; :class:`Comparison` (:func:`compare_runs`) does the same
+  for any number of runs (all-reduce, synchronous, asynchronous and Downpour parameter
+  servers: ``launch/train_ps_modes.py``); :func:`load` reads one run as a :class:`RunCurve`;
 - :func:`throughput_around` compares examples/s before and after a step (a killed
   worker), and :func:`wait_for_step` waits until a running job reports a step.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from ddlkit import contract
+from ddlkit._lazy import lazy_attributes
 from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError
-from ddlkit.metrics.evals import EvalPoint, eval_points, time_to_accuracy
+from ddlkit.metrics.evals import EvalPoint, eval_points, time_to_accuracy  # noqa: F401 (re-exported)
 from ddlkit.metrics.waiting import wait_for
+
+_VIEWS = ("RunCurve", "SyncAsync", "Comparison", "load", "compare", "compare_runs")
+__getattr__, __dir__ = lazy_attributes(
+    __name__, dict.fromkeys(_VIEWS, "ddlkit.ps_compare"), globals(), _VIEWS
+)
 
 _PS_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 
@@ -169,294 +172,6 @@ def eval_curve(records: Iterable) -> list[EvalPoint]:
     or ``run.records()``); only events named ``eval`` count.
     """
     return eval_points(records, require=("step", "examples", "loss"))
-
-
-@dataclass(frozen=True)
-class RunCurve:
-    """One run for the comparison: a label, its eval curve and (async only) staleness."""
-
-    label: str
-    curve: tuple[EvalPoint, ...]
-    staleness: tuple[int, ...] = ()
-    examples_per_sec: float | None = None
-
-    def __post_init__(self) -> None:
-        if not self.curve:
-            raise DdlkitError(
-                f"run {self.label!r} has no eval points, so it has no time-to-accuracy curve. "
-                f"Fix: run its script with --eval-every > 0 (the parameter server script, or "
-                f"launch/train_sync_eval.py for synchronous training)."
-            )
-        object.__setattr__(self, "curve", tuple(self.curve))
-        object.__setattr__(self, "staleness", tuple(_check_values(self.staleness)))
-
-    @property
-    def final_accuracy(self) -> float:
-        return self.curve[-1].accuracy
-
-    @property
-    def train_seconds(self) -> float:
-        return self.curve[-1].train_seconds
-
-
-@dataclass(frozen=True)
-class SyncAsync:
-    """A synchronous and an asynchronous run on the same model and data, side by side."""
-
-    sync: RunCurve
-    async_: RunCurve
-    target: float | None = None  # None: the lower of the two final accuracies, minus 0.01
-
-    @property
-    def chosen_target(self) -> float:
-        if self.target is not None:
-            return self.target
-        low = min(self.sync.final_accuracy, self.async_.final_accuracy)
-        return max(0.0, math.floor((low - 0.01) * 100) / 100)
-
-    def rows(self) -> list[list[str]]:
-        target = self.chosen_target
-        rows = []
-        for kind, run in (("synchronous", self.sync), ("asynchronous", self.async_)):
-            tta = time_to_accuracy(run.curve, target)
-            stale = summarize(run.staleness) if run.staleness else None
-            rows.append(
-                [
-                    run.label,
-                    kind,
-                    f"{run.final_accuracy:.4f}",
-                    f"{run.train_seconds:.1f}",
-                    "not reached" if tta is None else f"{tta:.1f}",
-                    "-" if run.examples_per_sec is None else f"{run.examples_per_sec:,.0f}",
-                    "0 (by design)"
-                    if stale is None
-                    else f"mean {stale.mean:.2f}, max {stale.max}, "
-                    f"{stale.stale_fraction:.0%} stale",
-                ]
-            )
-        return rows
-
-    def table_html(self) -> str:
-        head = (
-            "run",
-            "updates",
-            "final eval acc",
-            "train s",
-            f"s to {self.chosen_target:.2f}",
-            "examples/s",
-            "staleness",
-        )
-        return html_table(head, self.rows())
-
-    def __repr__(self) -> str:
-        return "\n".join(" | ".join(r) for r in self.rows())
-
-    def plot(self, path: str | Path | None = None):
-        """One figure: held-out accuracy against training seconds for both runs, and the
-        asynchronous run's staleness histogram. A matplotlib Figure not attached to pyplot
-        (the notebook shows it through this object's HTML); ``path`` saves it too."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(11, 3.6), dpi=100)
-        FigureCanvasAgg(fig)
-        left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3, 2)})
-        for run, style in ((self.sync, "o-"), (self.async_, "s-")):
-            left.plot(
-                [p.train_seconds for p in run.curve],
-                [p.accuracy for p in run.curve],
-                style,
-                label=run.label,
-            )
-        left.axhline(self.chosen_target, color="grey", linestyle=":", linewidth=1)
-        left.set_xlabel("training seconds (evaluation excluded)")
-        left.set_ylabel("held-out accuracy")
-        left.set_title("time to accuracy")
-        left.legend(loc="lower right")
-        hist = counts(list(self.async_.staleness))
-        right.bar([int(k) for k in hist], list(hist.values()), color="tab:orange")
-        right.set_xticks([int(k) for k in hist])
-        right.set_xlabel("staleness: other updates between read and apply")
-        right.set_ylabel("steps")
-        right.set_title(f"{self.async_.label}: gradient staleness")
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path)
-        return fig
-
-    def png(self) -> bytes:
-        buffer = io.BytesIO()
-        self.plot().savefig(buffer, format="png")
-        return buffer.getvalue()
-
-    def _repr_html_(self) -> str:
-        image = base64.b64encode(self.png()).decode()
-        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
-
-
-def load(run_dir: str | Path, label: str | None = None) -> RunCurve:
-    """A run's :class:`RunCurve` from its directory: the ``eval`` events of its metric
-    files, the staleness histogram its chief saved (asynchronous runs only) and its
-    steady-state examples/s (:func:`ddlkit.results.throughput`)."""
-    from ddlkit.metrics import load_run
-    from ddlkit.results import throughput
-
-    run_dir = Path(run_dir)
-    records = load_run(run_dir)
-    histogram: dict[str, int] = {}
-    for report in contract.read_results(run_dir).values():
-        histogram = report.get("staleness_counts") or histogram
-    steps = [r for r in records if r.kind == "step" and r.examples_per_sec]
-    return RunCurve(
-        label=label or run_dir.name,
-        curve=tuple(eval_curve(records)),
-        staleness=tuple(from_counts(histogram)),
-        examples_per_sec=throughput(records) if steps else None,
-    )
-
-
-def compare(
-    sync_run: str | Path,
-    async_run: str | Path,
-    *,
-    target: float | None = None,
-    labels: tuple[str, str] = ("synchronous (MWMS)", "asynchronous (PS)"),
-) -> SyncAsync:
-    """The side-by-side view of a synchronous and an asynchronous run directory."""
-    return SyncAsync(load(sync_run, labels[0]), load(async_run, labels[1]), target)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Any number of runs of one model on one data set (e.g. MWMS all-reduce, synchronous,
-    asynchronous and Downpour parameter servers), side by side: a table and one figure.
-
-    ``kinds`` says how each run updates (shown in the table; "all-reduce" runs have no
-    staleness by design). The target is the lowest final accuracy minus 0.01 unless given.
-    """
-
-    runs: tuple[RunCurve, ...]
-    kinds: tuple[str, ...] = ()
-    target: float | None = None
-
-    def __post_init__(self) -> None:
-        if len(self.runs) < 2:
-            raise DdlkitError(
-                f"a comparison needs at least two runs, got {len(self.runs)}. Fix: pass e.g. "
-                f"{{'MWMS': mwms.run_dir, 'PS async': ps_run.run_dir}}."
-            )
-        kinds = self.kinds or ("",) * len(self.runs)
-        if len(kinds) != len(self.runs):
-            raise DdlkitError(
-                f"{len(kinds)} kinds for {len(self.runs)} runs. Fix: one kind per run, or none."
-            )
-        object.__setattr__(self, "runs", tuple(self.runs))
-        object.__setattr__(self, "kinds", tuple(kinds))
-
-    @property
-    def chosen_target(self) -> float:
-        if self.target is not None:
-            return self.target
-        low = min(run.final_accuracy for run in self.runs)
-        return max(0.0, math.floor((low - 0.01) * 100) / 100)
-
-    def times_to_target(self) -> dict[str, float | None]:
-        """Training seconds each run took to reach the target (None: not reached)."""
-        return {run.label: time_to_accuracy(run.curve, self.chosen_target) for run in self.runs}
-
-    def rows(self) -> list[list[str]]:
-        rows = []
-        for run, kind in zip(self.runs, self.kinds, strict=True):
-            tta = time_to_accuracy(run.curve, self.chosen_target)
-            stale = summarize(run.staleness) if run.staleness else None
-            rows.append(
-                [
-                    run.label,
-                    kind,
-                    f"{run.final_accuracy:.4f}",
-                    f"{run.train_seconds:.1f}",
-                    "not reached" if tta is None else f"{tta:.1f}",
-                    "-" if run.examples_per_sec is None else f"{run.examples_per_sec:,.0f}",
-                    "not measured (none by design)"
-                    if stale is None
-                    else f"mean {stale.mean:.2f}, max {stale.max}, "
-                    f"{stale.stale_fraction:.0%} stale",
-                ]
-            )
-        return rows
-
-    def table_html(self) -> str:
-        head = ("run", "updates", "final eval acc", "train s", f"s to {self.chosen_target:.2f}")
-        return html_table((*head, "examples/s", "staleness"), self.rows())
-
-    def __repr__(self) -> str:
-        return "\n".join(" | ".join(r) for r in self.rows())
-
-    def plot(self, path: str | Path | None = None):
-        """Left: held-out accuracy against training seconds of every run. Right: the share
-        of updates (steps or pushes) with each staleness, one bar group per measured run."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(12, 3.8), dpi=100)
-        FigureCanvasAgg(fig)
-        left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3, 2)})
-        for i, run in enumerate(self.runs):
-            marker = "os^vDP*X"[i % 8]
-            left.plot(
-                [p.train_seconds for p in run.curve],
-                [p.accuracy for p in run.curve],
-                f"{marker}-",
-                label=run.label,
-            )
-        left.axhline(self.chosen_target, color="grey", linestyle=":", linewidth=1)
-        left.set_xlabel("training seconds (evaluation excluded)")
-        left.set_ylabel("held-out accuracy")
-        left.set_title("time to accuracy")
-        left.legend(loc="lower right", fontsize="small")
-        measured = [run for run in self.runs if run.staleness]
-        width = 0.8 / max(1, len(measured))
-        for i, run in enumerate(measured):
-            hist = counts(list(run.staleness))
-            total = sum(hist.values())
-            right.bar(
-                [int(k) + (i - (len(measured) - 1) / 2) * width for k in hist],
-                [n / total for n in hist.values()],
-                width=width,
-                label=run.label,
-                color=f"C{self.runs.index(run)}",
-            )
-        right.set_xlabel("staleness: other updates between read and apply")
-        right.set_ylabel("share of updates")
-        right.set_title("gradient staleness")
-        if measured:
-            right.legend(fontsize="small")
-        fig.tight_layout()
-        if path is not None:
-            fig.savefig(path)
-        return fig
-
-    def png(self) -> bytes:
-        buffer = io.BytesIO()
-        self.plot().savefig(buffer, format="png")
-        return buffer.getvalue()
-
-    def _repr_html_(self) -> str:
-        image = base64.b64encode(self.png()).decode()
-        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
-
-
-def compare_runs(
-    runs: Mapping[str, str | Path | tuple[str | Path, str]], *, target: float | None = None
-) -> Comparison:
-    """The :class:`Comparison` of run directories, ``{label: run_dir}`` or
-    ``{label: (run_dir, kind)}``, in the order given."""
-    curves, kinds = [], []
-    for label, where in runs.items():
-        run_dir, kind = where if isinstance(where, tuple) else (where, "")
-        curves.append(load(run_dir, label))
-        kinds.append(kind)
-    return Comparison(tuple(curves), tuple(kinds), target)
 
 
 def throughput_around(records: Iterable, step: int, worker: str = "chief-0") -> tuple[float, float]:
