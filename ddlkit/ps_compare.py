@@ -52,26 +52,31 @@ class RunCurve:
         return self.curve[-1].train_seconds
 
 
-@dataclass(frozen=True)
-class SyncAsync:
-    """A synchronous and an asynchronous run on the same model and data, side by side."""
+class _SideBySide:
+    """What :class:`SyncAsync` and :class:`Comparison` share: the target, the table rows,
+    and the HTML of figure plus table. Subclasses give their (run, kind) pairs and draw."""
 
-    sync: RunCurve
-    async_: RunCurve
-    target: float | None = None  # None: the lower of the two final accuracies, minus 0.01
+    target: float | None
+    UNMEASURED = "not measured (none by design)"  # the staleness cell of a run without any
+
+    def pairs(self) -> tuple[tuple[RunCurve, str], ...]:
+        raise NotImplementedError
+
+    def plot(self, path: str | Path | None = None):
+        raise NotImplementedError
 
     @property
     def chosen_target(self) -> float:
+        """``target``, else the lowest final accuracy less 0.01, rounded down."""
         if self.target is not None:
             return self.target
-        low = min(self.sync.final_accuracy, self.async_.final_accuracy)
+        low = min(run.final_accuracy for run, _ in self.pairs())
         return max(0.0, math.floor((low - 0.01) * 100) / 100)
 
     def rows(self) -> list[list[str]]:
-        target = self.chosen_target
         rows = []
-        for kind, run in (("synchronous", self.sync), ("asynchronous", self.async_)):
-            tta = time_to_accuracy(run.curve, target)
+        for run, kind in self.pairs():
+            tta = time_to_accuracy(run.curve, self.chosen_target)
             stale = summarize(run.staleness) if run.staleness else None
             rows.append(
                 [
@@ -81,7 +86,7 @@ class SyncAsync:
                     f"{run.train_seconds:.1f}",
                     "not reached" if tta is None else f"{tta:.1f}",
                     "-" if run.examples_per_sec is None else f"{run.examples_per_sec:,.0f}",
-                    "0 (by design)"
+                    self.UNMEASURED
                     if stale is None
                     else f"mean {stale.mean:.2f}, max {stale.max}, "
                     f"{stale.stale_fraction:.0%} stale",
@@ -90,19 +95,34 @@ class SyncAsync:
         return rows
 
     def table_html(self) -> str:
-        head = (
-            "run",
-            "updates",
-            "final eval acc",
-            "train s",
-            f"s to {self.chosen_target:.2f}",
-            "examples/s",
-            "staleness",
-        )
-        return html_table(head, self.rows())
+        head = ("run", "updates", "final eval acc", "train s", f"s to {self.chosen_target:.2f}")
+        return html_table((*head, "examples/s", "staleness"), self.rows())
 
     def __repr__(self) -> str:
         return "\n".join(" | ".join(r) for r in self.rows())
+
+    def png(self) -> bytes:
+        buffer = io.BytesIO()
+        self.plot().savefig(buffer, format="png")
+        return buffer.getvalue()
+
+    def _repr_html_(self) -> str:
+        image = base64.b64encode(self.png()).decode()
+        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
+
+
+@dataclass(frozen=True, repr=False)
+class SyncAsync(_SideBySide):
+    """A synchronous and an asynchronous run on the same model and data, side by side."""
+
+    sync: RunCurve
+    async_: RunCurve
+    target: float | None = None  # None: the lower of the two final accuracies, minus 0.01
+
+    UNMEASURED = "0 (by design)"
+
+    def pairs(self) -> tuple[tuple[RunCurve, str], ...]:
+        return ((self.sync, "synchronous"), (self.async_, "asynchronous"))
 
     def plot(self, path: str | Path | None = None):
         """One figure: held-out accuracy against training seconds for both runs, and the
@@ -137,15 +157,6 @@ class SyncAsync:
             fig.savefig(path)
         return fig
 
-    def png(self) -> bytes:
-        buffer = io.BytesIO()
-        self.plot().savefig(buffer, format="png")
-        return buffer.getvalue()
-
-    def _repr_html_(self) -> str:
-        image = base64.b64encode(self.png()).decode()
-        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
-
 
 def load(run_dir: str | Path, label: str | None = None) -> RunCurve:
     """A run's :class:`RunCurve` from its directory: the ``eval`` events of its metric
@@ -179,8 +190,8 @@ def compare(
     return SyncAsync(load(sync_run, labels[0]), load(async_run, labels[1]), target)
 
 
-@dataclass(frozen=True)
-class Comparison:
+@dataclass(frozen=True, repr=False)
+class Comparison(_SideBySide):
     """Any number of runs of one model on one data set (e.g. MWMS all-reduce, synchronous,
     asynchronous and Downpour parameter servers), side by side: a table and one figure.
 
@@ -206,44 +217,12 @@ class Comparison:
         object.__setattr__(self, "runs", tuple(self.runs))
         object.__setattr__(self, "kinds", tuple(kinds))
 
-    @property
-    def chosen_target(self) -> float:
-        if self.target is not None:
-            return self.target
-        low = min(run.final_accuracy for run in self.runs)
-        return max(0.0, math.floor((low - 0.01) * 100) / 100)
+    def pairs(self) -> tuple[tuple[RunCurve, str], ...]:
+        return tuple(zip(self.runs, self.kinds, strict=True))
 
     def times_to_target(self) -> dict[str, float | None]:
         """Training seconds each run took to reach the target (None: not reached)."""
         return {run.label: time_to_accuracy(run.curve, self.chosen_target) for run in self.runs}
-
-    def rows(self) -> list[list[str]]:
-        rows = []
-        for run, kind in zip(self.runs, self.kinds, strict=True):
-            tta = time_to_accuracy(run.curve, self.chosen_target)
-            stale = summarize(run.staleness) if run.staleness else None
-            rows.append(
-                [
-                    run.label,
-                    kind,
-                    f"{run.final_accuracy:.4f}",
-                    f"{run.train_seconds:.1f}",
-                    "not reached" if tta is None else f"{tta:.1f}",
-                    "-" if run.examples_per_sec is None else f"{run.examples_per_sec:,.0f}",
-                    "not measured (none by design)"
-                    if stale is None
-                    else f"mean {stale.mean:.2f}, max {stale.max}, "
-                    f"{stale.stale_fraction:.0%} stale",
-                ]
-            )
-        return rows
-
-    def table_html(self) -> str:
-        head = ("run", "updates", "final eval acc", "train s", f"s to {self.chosen_target:.2f}")
-        return html_table((*head, "examples/s", "staleness"), self.rows())
-
-    def __repr__(self) -> str:
-        return "\n".join(" | ".join(r) for r in self.rows())
 
     def plot(self, path: str | Path | None = None):
         """Left: held-out accuracy against training seconds of every run. Right: the share
@@ -288,15 +267,6 @@ class Comparison:
         if path is not None:
             fig.savefig(path)
         return fig
-
-    def png(self) -> bytes:
-        buffer = io.BytesIO()
-        self.plot().savefig(buffer, format="png")
-        return buffer.getvalue()
-
-    def _repr_html_(self) -> str:
-        image = base64.b64encode(self.png()).decode()
-        return f"<img src='data:image/png;base64,{image}'/><br>{self.table_html()}"
 
 
 def compare_runs(
