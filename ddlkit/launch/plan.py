@@ -25,7 +25,7 @@ from ddlkit.contract import REPLICAS_VAR as REPLICAS_VAR  # re-exported
 from ddlkit.contract import STRATEGY_VAR
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions
-from ddlkit.launch.spec import JobSpec, redact
+from ddlkit.launch.spec import JobSpec, check_env, redact
 from ddlkit.strategies.base import Planner, merge_checked
 from ddlkit.strategies.base import remote_ports as remote_ports  # re-exported
 from ddlkit.strategies.horovod import START_TIMEOUT as HOROVOD_START_TIMEOUT  # noqa: F401
@@ -172,17 +172,7 @@ class LaunchConfig:
                 f"env={self.env!r} is not a mapping. Fix: pass a dict of variable names to "
                 f"string values, e.g. env={{'HOROVOD_TIMELINE': '/tmp/t.json'}}."
             )
-        env = dict(self.env)
-        for key, value in env.items():
-            if not (isinstance(key, str) and key and "=" not in key and "\0" not in key):
-                raise ConfigError(
-                    f"env: {key!r} is not a valid environment variable name. "
-                    f"Fix: use a non-empty string without '=' or NUL."
-                )
-            if not isinstance(value, str) or "\0" in value:
-                raise ConfigError(
-                    f"env: {key}={value!r} is not a string. Fix: convert it with str()."
-                )
+        env = check_env(self.env, "env")
         owned = sorted(k for k in env if k in LAUNCHER_VARS)
         if owned:
             raise ConfigError(

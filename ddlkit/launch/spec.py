@@ -40,6 +40,24 @@ def redact(env: Mapping[str, str]) -> dict[str, str]:
     return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
 
 
+def check_env(env, where: str) -> dict[str, str]:
+    """``env`` as a dict of environment variables, or one ConfigError naming ``where``
+    (e.g. ``"worker 'worker-0'"``), the variable and the fix (pure)."""
+    env = dict(env)
+    for key, value in env.items():
+        if not (isinstance(key, str) and key and "=" not in key and "\0" not in key):
+            raise ConfigError(
+                f"{where}: {key!r} is not a valid environment variable name. "
+                f"Fix: use a non-empty string without '=' or NUL."
+            )
+        if not isinstance(value, str) or "\0" in value:
+            raise ConfigError(
+                f"{where}: environment variable {key}={value!r} is not a string. "
+                f"Fix: convert it with str() (JSON for structures like TF_CONFIG)."
+            )
+    return env
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
     """One worker process: its command, environment additions, directory and log file.
@@ -100,18 +118,7 @@ class WorkerSpec:
                 f"got {bad!r}. Fix: convert each argument with str()."
             )
         object.__setattr__(self, "argv", argv)
-        env = dict(self.env)
-        for key, value in env.items():
-            if not (isinstance(key, str) and key and "=" not in key and "\0" not in key):
-                raise ConfigError(
-                    f"worker {self.name!r}: {key!r} is not a valid environment variable name. "
-                    f"Fix: use a non-empty string without '=' or NUL."
-                )
-            if not isinstance(value, str) or "\0" in value:
-                raise ConfigError(
-                    f"worker {self.name!r}: environment variable {key}={value!r} is not a "
-                    f"string. Fix: convert it with str() (JSON for structures like TF_CONFIG)."
-                )
+        env = check_env(self.env, f"worker {self.name!r}")
         object.__setattr__(self, "env", types.MappingProxyType(env))
         object.__setattr__(self, "cwd", Path(self.cwd))
         object.__setattr__(self, "log_path", Path(self.log_path))
