@@ -16,6 +16,9 @@ LAB_IP ?= 127.0.0.1
 # JupyterLab refuses to start as root unless told; containers and CI boxes often are root.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
+# Test files run side by side (pytest-xdist, one file per worker: see conftest.py): most
+# tests wait on process start-up and sockets, so 3 workers on 2 cores finish sooner.
+TEST_JOBS ?= 3
 
 .PHONY: lab test install system data horovod horovod-optional lint clean-venv
 
@@ -57,7 +60,7 @@ lab: install horovod-optional
 
 test: install horovod
 	$(BIN)/ruff check ddlkit tests launch benchmarks
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check ddlkit tests launch benchmarks
