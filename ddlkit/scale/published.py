@@ -30,12 +30,12 @@ PCIe cards joined by PCIe 3.0; NCCL 2 of 2017 ran a flat ring over all GPUs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddlkit._tables import html_table, text_table
 from ddlkit.scale.hardware import hardware
 from ddlkit.scale.models import model
-from ddlkit.scale.predict import predict
+from ddlkit.scale.predict import DEFAULT_OVERLAP, predict
 
 TOLERANCE = 0.10  # 10 percentage points of efficiency
 
@@ -70,12 +70,17 @@ class Setup:
     source: str
     known_miss: str = ""  # which assumption fails, where the model misses
 
-    def efficiency(self) -> float:
-        """Predicted efficiency against the same baseline as the published one."""
+    def efficiency(self, *, overlap: float = DEFAULT_OVERLAP, share: float | None = None) -> float:
+        """Predicted efficiency against the same baseline as the published one
+        (``share``: sustained / peak FLOP/s instead of the presets')."""
         hw = hardware(self.accelerator, per_node=self.per_node, intra=self.intra, inter=self.inter)
+        if share is not None:
+            chip = hw.accelerator
+            hw = hw.replace(accelerator=replace(chip, sustained_flops=share * chip.peak_flops))
         spec = model(self.model, batch=self.batch)
-        run = predict(spec, hw, self.workers, self.algorithm, across=self.across)
-        base = predict(spec, hw, self.base, self.algorithm, across=self.across)
+        options = {"across": self.across, "overlap": overlap}
+        run = predict(spec, hw, self.workers, self.algorithm, **options)
+        base = predict(spec, hw, self.base, self.algorithm, **options)
         return run.throughput / base.throughput * self.base / self.workers
 
 
@@ -197,3 +202,37 @@ class Checks:
 def check(setups: tuple[Setup, ...] = SETUPS) -> Checks:
     """Predict every setup (pure)."""
     return Checks(tuple(Check(s, s.efficiency()) for s in setups))
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Predicted efficiency of every setup as the two assumptions change."""
+
+    grid: tuple[tuple[float, float], ...]  # (share, overlap)
+    table: tuple[tuple[Setup, tuple[float, ...]], ...]
+
+    def hits(self) -> tuple[int, ...]:
+        """Setups within the tolerance, for each (share, overlap)."""
+        return tuple(
+            sum(abs(effs[i] - s.published) <= TOLERANCE for s, effs in self.table)
+            for i in range(len(self.grid))
+        )
+
+    def _repr_html_(self) -> str:
+        heads = ("setup", "published") + tuple(f"share {a:g}, overlap {o:g}" for a, o in self.grid)
+        rows = [
+            (s.key, f"{s.published:.0%}", *(f"{e:.0%}" for e in effs)) for s, effs in self.table
+        ]
+        rows.append(("within 10 points", "", *self.hits()))
+        return html_table(heads, rows, "predicted efficiency as the assumptions change")
+
+
+def sensitivity(
+    shares: tuple[float, ...] = (0.4, 0.5, 0.6),
+    overlaps: tuple[float, ...] = (0.0, 0.5, 1.0),
+    setups: tuple[Setup, ...] = SETUPS,
+) -> Sensitivity:
+    """Every setup under every (sustained share, overlap) pair (pure)."""
+    grid = tuple((a, o) for a in shares for o in overlaps)
+    table = tuple((s, tuple(s.efficiency(overlap=o, share=a) for a, o in grid)) for s in setups)
+    return Sensitivity(grid, table)

@@ -54,3 +54,13 @@ def test_efficiency_is_against_the_published_baseline():
     goyal = CHECKS["goyal-256-resnet50"].setup
     assert (goyal.base, goyal.per_node, goyal.workers) == (8, 8, 256)
     assert all(c.setup.base == 1 for c in CHECKS if c.setup.key.startswith("horovod"))
+
+
+def test_sensitivity_uses_the_same_predictions_and_perfect_overlap_says_100_percent():
+    s = published.sensitivity(shares=(0.5,), overlaps=(0.5, 1.0))
+    for setup, (default, perfect) in s.table:
+        assert default == pytest.approx(CHECKS[setup.key].predicted)
+        # every published run lost 10-32 points: perfect overlap cannot describe them
+        assert perfect == pytest.approx(1.0)
+    assert s.hits()[0] == sum(c.within for c in CHECKS)
+    assert "<table>" in s._repr_html_()
