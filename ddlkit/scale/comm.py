@@ -17,6 +17,8 @@ hierarchical        ring within each node of g (reduce-scatter, later
                     2(g-1)/g S / B_i + inter(S, m)``
 parameter server    push then pull, k servers each holding S/k; a node's NIC    ``2 S``
                     carries its g workers: ``2 (a + max(g S, n S / k) / B)``
+async PS worker     its own push and pull, no barrier: ``2 (a + g S / B)``;     ``2 S``
+                    the servers take at most ``k B / S`` updates/s
 ==================  ==========================================================  =================
 
 (``k`` = buffers, ``S`` = bytes of one copy of the gradients, ``log2`` rounded up.)

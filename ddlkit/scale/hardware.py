@@ -10,9 +10,10 @@ Every preset is public specification, not measurement:
 - accelerators: peak FP32 FLOP/s and memory from NVIDIA's data sheets (Tesla P100, V100,
   A100, H100 SXM); the ``-mixed`` presets use the dense FP16/BF16 tensor-core peak.
   ``sustained_flops`` = :data:`SUSTAINED_SHARE` x peak, one stated assumption for every
-  preset: a convolutional network's training step in cuDNN runs at about half of peak.
-  (Check, not fit: ResNet-50 at 219 images/s on one P100 in TensorFlow's published
-  tf_cnn_benchmarks is 219 x 23.2 GFLOP = 5.1 TFLOP/s, 48% of 10.6.)
+  preset: a convolutional network's training step in cuDNN runs at roughly half of peak.
+  (A check, not a fit: Goyal et al. 2017, arXiv:1706.02677, Section 4, give 120 ms for
+  ResNet-50's backward pass of 32 images on one P100: 2 x 7.7 GFLOP x 32 / 0.12 s =
+  4.1 TFLOP/s, 39% of 10.6. Notebook 09 shows the published checks for 0.4-0.6.)
 - links: bandwidth is the line rate per direction (Gb/s / 8); latency is a typical
   one-way small-message latency of the transport (RDMA and NVLink a few microseconds,
   kernel TCP tens of microseconds). Bandwidths are upper bounds: real all-reduce buses
