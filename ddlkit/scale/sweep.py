@@ -99,31 +99,35 @@ class Curve:
         return text_table(self.HEADERS, self.rows(), self.caption())
 
     def plot(self, axes=None, *, published: Iterable = ()):
-        """Efficiency (left) and throughput (right) against workers, log x; ``published``:
-        :class:`~ddlkit.scale.published.Check` objects drawn as points where their model
-        matches this curve's."""
+        """Efficiency (left) and throughput (right, dotted: linear from one worker) against
+        workers, log x; ``published``: :class:`~ddlkit.scale.published.Check` objects drawn
+        as stars in the curve's colour."""
         import matplotlib.pyplot as plt
 
         if axes is None:
             _, axes = plt.subplots(1, 2, figsize=(11, 4))
         eff_ax, thr_ax = axes
-        eff_ax.plot(self.workers, [e * 100 for e in self.efficiency], "o-", label=self.label)
-        thr_ax.plot(self.workers, self.throughput, "o-", label=self.label)
-        thr_ax.plot(
-            self.workers,
-            [n * self.points[0].throughput for n in self.workers],
-            ":",
-            color="grey",
-            label="linear",
+        (line,) = eff_ax.plot(
+            self.workers, [e * 100 for e in self.efficiency], "o-", label=self.label
         )
-        for check in published:
+        thr_ax.plot(self.workers, self.throughput, "o-", color=line.get_color(), label=self.label)
+        linear = [n * self.points[0].throughput for n in self.workers]
+        thr_ax.plot(self.workers, linear, ":", color=line.get_color())
+        for check in published:  # stars in the curve's colour, labelled with the figure
             s = check.setup
-            eff_ax.plot([s.workers], [s.published * 100], "k*", markersize=11)
+            eff_ax.plot(
+                [s.workers],
+                [s.published * 100],
+                "*",
+                color=line.get_color(),
+                markeredgecolor="black",
+                markersize=13,
+            )
             eff_ax.annotate(
-                f"{s.key} (published)",
+                f"{s.published:.0%} published",
                 (s.workers, s.published * 100),
                 fontsize=7,
-                xytext=(4, -10),
+                xytext=(6, -3),
                 textcoords="offset points",
             )
         if self.dominates_at:
