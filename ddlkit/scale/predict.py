@@ -123,6 +123,16 @@ class Prediction:
     staleness: float | None = None  # async: expected updates between a pull and its push
     async_step: float | None = None  # async: seconds per update seen by the servers x N
 
+    def __post_init__(self) -> None:
+        if not (
+            self.compute > 0 and self.communication >= 0 and 0 <= self.hidden <= self.communication
+        ):
+            raise ConfigError(
+                f"prediction terms compute={self.compute}, communication={self.communication},"
+                f" hidden={self.hidden}: need compute > 0 and 0 <= hidden <= communication. "
+                f"Fix: build predictions with dk.scale.predict"
+            )
+
     @property
     def exposed(self) -> float:
         return self.communication - self.hidden

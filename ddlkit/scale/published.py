@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddlkit._tables import html_table, text_table
+from ddlkit.errors import ConfigError
 from ddlkit.scale.hardware import hardware
 from ddlkit.scale.models import model
 from ddlkit.scale.predict import DEFAULT_OVERLAP, predict
@@ -69,6 +70,18 @@ class Setup:
     published: float
     source: str
     known_miss: str = ""  # which assumption fails, where the model misses
+
+    def __post_init__(self) -> None:
+        if not 0 < self.published <= 1:
+            raise ConfigError(
+                f"setup {self.key!r}: published={self.published!r} is not an efficiency in "
+                f"(0, 1]. Fix: e.g. published=0.9 for 90%"
+            )
+        if not 1 <= self.base <= self.workers:
+            raise ConfigError(
+                f"setup {self.key!r}: base={self.base}, workers={self.workers}: need "
+                f"1 <= base <= workers. Fix: base = the workers the paper compares with"
+            )
 
     def efficiency(self, *, overlap: float = DEFAULT_OVERLAP, share: float | None = None) -> float:
         """Predicted efficiency against the same baseline as the published one

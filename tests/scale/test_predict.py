@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddlkit.scale import Accelerator, Hardware, Link, ModelSpec, curve, predict
+from ddlkit.scale import Accelerator, Hardware, Link, ModelSpec, curve, predict, presets
 
 # 1e6 params (4 MB fp32), 1 GFLOP forward per example, batch 10 -> 3e10 FLOPs per step
 SPEC = ModelSpec("hand", 1e6, 1e9, 10, tensors=5)
@@ -97,3 +97,4 @@ def test_tables_render():
     assert "<table>" in p._repr_html_() and "efficiency" in str(p)
     assert "<table>" in curve(SPEC, hw(), [1, 2])._repr_html_()
     assert "<table>" in hw()._repr_html_() and "<table>" in SPEC._repr_html_()
+    assert presets()._repr_html_().count("<table>") == 2

@@ -64,3 +64,15 @@ def test_sensitivity_uses_the_same_predictions_and_perfect_overlap_says_100_perc
         assert perfect == pytest.approx(1.0)
     assert s.hits()[0] == sum(c.within for c in CHECKS)
     assert "<table>" in s._repr_html_()
+
+
+def test_a_setup_checks_itself():
+    from dataclasses import replace
+
+    from ddlkit.errors import ConfigError
+
+    good = CHECKS["goyal-256-resnet50"].setup
+    with pytest.raises(ConfigError, match="published=90"):
+        replace(good, published=90)
+    with pytest.raises(ConfigError, match="base=512"):
+        replace(good, base=512)
