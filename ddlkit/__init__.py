@@ -36,6 +36,7 @@ _SUBMODULES = {
     "ps",
     "replicas",
     "results",
+    "scale",
     "settings",
     "slurm",
     "strategies",

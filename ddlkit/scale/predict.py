@@ -1,0 +1,262 @@
+"""One synchronous data-parallel step, predicted: compute + the communication left exposed.
+
+    p = dk.scale.predict(dk.scale.model("resnet101"), hw, 512, algorithm="ring")
+    p                                     # a table: each term, its value and its formula
+    p.efficiency, p.throughput, p.speedup
+
+The model (every term is a formula you can write yourself):
+
+- compute ``C = 3 x forward FLOPs x batch / sustained FLOP/s``; the backward pass is
+  ``2/3 C``, the forward ``1/3 C``.
+- communication ``M``: :mod:`ddlkit.scale.comm` for the algorithm, on ``S`` gradient
+  bytes (4 per parameter, 2 with ``compression="fp16"``), in ``ceil(S / fusion_bytes)``
+  fused buffers (``fusion_bytes=None``: one per gradient tensor).
+- overlap: gradients leave while the backward pass is still running. A share
+  ``overlap`` of the communication is hidden, at most as long as the backward pass:
+  ``hidden = min(overlap x M, 2/3 C)``; ``exposed = M - hidden``. ``overlap=1`` is the
+  ideal of a perfectly pipelined backward pass, ``0`` communication strictly after it.
+  The default 0.5: the first layers' gradients come last and cannot be hidden, and the
+  collective's kernels and copies compete with the backward pass for the device.
+- step ``T = C + exposed``; throughput ``N x batch / T``; speed-up ``N C / T`` over one
+  worker without communication; efficiency ``C / T``.
+- asynchronous parameter server (``"async_ps"``): no barrier; each worker loops
+  ``C + push + pull`` of its own gradients, and the servers take at most
+  ``k B / S`` updates/s (push and pull are not synchronised, so a worker's own link,
+  shared by its node, limits it: ``push + pull = 2 (a + g S / B)``). A gradient is
+  applied to parameters that the other ``N - 1`` workers updated in the meantime:
+  expected staleness ``N - 1`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ddlkit._tables import html_table, text_table
+from ddlkit.errors import ConfigError
+from ddlkit.scale import comm
+from ddlkit.scale.hardware import Hardware
+from ddlkit.scale.models import BACKWARD_SHARE, ModelSpec
+
+KINDS = ("ring", "tree", "halving_doubling", "hierarchical", "ps", "async_ps")
+FUSION_BYTES = 64 * 2**20  # Horovod's default HOROVOD_FUSION_THRESHOLD
+DEFAULT_OVERLAP = 0.5
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """How gradients are synchronised, and the options that change its cost."""
+
+    kind: str = "ring"
+    across: str = "ring"  # hierarchical: the algorithm between nodes
+    servers: int = 1  # ps, async_ps
+    fusion_bytes: float | None = FUSION_BYTES
+    compression: str | None = None  # None or "fp16"
+    overlap: float = DEFAULT_OVERLAP
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(
+                f"unknown algorithm {self.kind!r}. Fix: use one of {', '.join(KINDS)}"
+            )
+        if self.across not in comm.FLAT:
+            raise ConfigError(
+                f"across={self.across!r} is not one of {', '.join(comm.FLAT)}. Fix: across='ring'"
+            )
+        if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
+            raise ConfigError(f"servers={self.servers!r} must be an int >= 1. Fix: e.g. servers=4")
+        if self.fusion_bytes is not None and not (
+            isinstance(self.fusion_bytes, int | float) and self.fusion_bytes > 0
+        ):
+            raise ConfigError(
+                f"fusion_bytes={self.fusion_bytes!r} must be > 0 or None (no fusion). "
+                f"Fix: e.g. fusion_bytes=64 * 2**20"
+            )
+        if self.compression not in (None, "fp16"):
+            raise ConfigError(
+                f"compression={self.compression!r} is not None or 'fp16'. Fix: compression='fp16'"
+            )
+        if not isinstance(self.overlap, int | float) or not 0 <= self.overlap <= 1:
+            raise ConfigError(f"overlap={self.overlap!r} must be in [0, 1]. Fix: e.g. overlap=0.5")
+
+    @property
+    def bytes_per_param(self) -> int:
+        return 2 if self.compression == "fp16" else 4
+
+    def buffers(self, model: ModelSpec) -> int:
+        if self.fusion_bytes is None:
+            return model.tensors
+        return max(1, math.ceil(model.param_bytes(self.bytes_per_param) / self.fusion_bytes))
+
+    def label(self) -> str:
+        out = self.kind
+        if self.kind == "hierarchical":
+            out += f" (across: {self.across})"
+        if self.kind in ("ps", "async_ps"):
+            out += f", {self.servers} server{'s' * (self.servers > 1)}"
+        if self.compression:
+            out += f", {self.compression}"
+        return out
+
+
+def algorithm_of(algorithm: str | Algorithm, **options) -> Algorithm:
+    if isinstance(algorithm, Algorithm):
+        if options:
+            from dataclasses import replace
+
+            return replace(algorithm, **options)
+        return algorithm
+    return Algorithm(algorithm, **options)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One step of ``workers`` data-parallel workers, term by term (seconds)."""
+
+    model: ModelSpec
+    hardware: Hardware
+    workers: int
+    algorithm: Algorithm
+    compute: float
+    communication: float
+    hidden: float
+    staleness: float | None = None  # async: expected updates between a pull and its push
+    async_step: float | None = None  # async: seconds per update seen by the servers x N
+
+    def __post_init__(self) -> None:
+        if not (
+            self.compute > 0 and self.communication >= 0 and 0 <= self.hidden <= self.communication
+        ):
+            raise ConfigError(
+                f"prediction terms compute={self.compute}, communication={self.communication},"
+                f" hidden={self.hidden}: need compute > 0 and 0 <= hidden <= communication. "
+                f"Fix: build predictions with dk.scale.predict"
+            )
+
+    @property
+    def exposed(self) -> float:
+        return self.communication - self.hidden
+
+    @property
+    def step(self) -> float:
+        """Seconds per synchronous step (async: N / updates per second)."""
+        return self.async_step if self.async_step is not None else self.compute + self.exposed
+
+    @property
+    def throughput(self) -> float:
+        """Examples per second of all workers."""
+        return self.workers * self.model.batch / self.step
+
+    @property
+    def speedup(self) -> float:
+        """Over one worker that does not communicate."""
+        return self.workers * self.compute / self.step
+
+    @property
+    def efficiency(self) -> float:
+        return self.speedup / self.workers
+
+    @property
+    def nodes(self) -> int:
+        return self.hardware.nodes(self.workers)
+
+    HEADERS = ("term", "value", "formula")
+
+    def rows(self) -> list[tuple]:
+        a, ms = self.algorithm, 1e3
+        rows = [
+            ("workers (nodes)", f"{self.workers} ({self.nodes})", f"{self.hardware.per_node}/node"),
+            ("compute ms", f"{self.compute * ms:.2f}", "3 x FLOPs/example x batch / FLOP/s"),
+            ("communication ms", f"{self.communication * ms:.2f}", a.label()),
+            (
+                "hidden behind backward ms",
+                f"{self.hidden * ms:.2f}",
+                f"min({a.overlap:g} x comm, 2/3 compute)",
+            ),
+            ("exposed ms", f"{self.exposed * ms:.2f}", "comm - hidden"),
+            ("step ms", f"{self.step * ms:.2f}", "compute + exposed"),
+            ("throughput examples/s", f"{self.throughput:,.0f}", "N x batch / step"),
+            ("speed-up", f"{self.speedup:.1f}", "N x compute / step"),
+            ("efficiency", f"{self.efficiency:.1%}", "speed-up / N"),
+        ]
+        if self.staleness is not None:  # no barrier: nothing is hidden or exposed
+            rows[2] = ("push + pull ms", rows[2][1], a.label())
+            rows[3:6] = [
+                (
+                    "seconds per N updates ms",
+                    f"{self.step * ms:.2f}",
+                    "N / min(N / (compute + push + pull), k B / S)",
+                )
+            ]
+            rows.append(("expected staleness (steps)", f"{self.staleness:g}", "N - 1"))
+        return rows
+
+    def caption(self) -> str:
+        return (
+            f"{self.model.name}, batch {self.model.batch}/worker, on "
+            f"{self.hardware.accelerator.name} x {self.workers}"
+        )
+
+    def _repr_html_(self) -> str:
+        return html_table(self.HEADERS, self.rows(), self.caption())
+
+    def __str__(self) -> str:
+        return text_table(self.HEADERS, self.rows(), self.caption())
+
+
+def _check_workers(workers) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise ConfigError(f"workers={workers!r} is not an int. Fix: e.g. workers=8")
+    if workers < 1:
+        raise ConfigError(f"workers={workers} must be >= 1. Fix: e.g. workers=8")
+    return workers
+
+
+def communication(model: ModelSpec, hardware: Hardware, workers: int, algo: Algorithm) -> float:
+    """Seconds one synchronisation of the model's gradients takes (:mod:`.comm`)."""
+    n, g = _check_workers(workers), hardware.per_node
+    nbytes, k = model.param_bytes(algo.bytes_per_param), algo.buffers(model)
+    if algo.kind == "async_ps":
+        return comm.ps_worker(nbytes, min(g, n), hardware.inter, k)
+    if algo.kind == "ps":
+        return comm.parameter_server(nbytes, n, algo.servers, g, hardware.inter, k)
+    if n == 1:
+        return 0.0
+    if algo.kind == "hierarchical":
+        nodes = hardware.nodes(n)
+        per_node = min(g, n)
+        return comm.hierarchical(
+            nbytes, per_node, nodes, hardware.intra, hardware.inter, k, algo.across
+        )
+    return comm.flat(nbytes, n, g, hardware.intra, hardware.inter, k, algo.kind)
+
+
+def predict(
+    model: ModelSpec,
+    hardware: Hardware,
+    workers: int,
+    algorithm: str | Algorithm = "ring",
+    **options,
+) -> Prediction:
+    """The step of ``workers`` workers (pure). ``options`` are :class:`Algorithm` fields."""
+    _check_workers(workers)
+    algo = algorithm_of(algorithm, **options)
+    compute = model.train_flops / hardware.accelerator.sustained_flops
+    m = communication(model, hardware, workers, algo)
+    if algo.kind == "async_ps":
+        per_worker = compute + m  # push and pull of its own gradients, no barrier
+        nbytes = model.param_bytes(algo.bytes_per_param)
+        rate = min(workers / per_worker, comm.ps_capacity(nbytes, algo.servers, hardware.inter))
+        return Prediction(
+            model,
+            hardware,
+            workers,
+            algo,
+            compute,
+            m,
+            0.0,
+            staleness=float(workers - 1),
+            async_step=workers / rate,
+        )
+    hidden = min(algo.overlap * m, BACKWARD_SHARE * compute)
+    return Prediction(model, hardware, workers, algo, compute, m, hidden)
