@@ -15,4 +15,12 @@ from __future__ import annotations
 from ddlkit.k8s.manifest import Manifest, manifest
 from ddlkit.k8s.pod import worker_env
 
-__all__ = ["Manifest", "manifest", "worker_env"]
+__all__ = ["Manifest", "local", "manifest", "worker_env"]
+
+
+def __getattr__(name: str):
+    if name == "local":  # loads ddlkit.hosts (namespaced hosts) only when asked
+        import importlib
+
+        return importlib.import_module("ddlkit.k8s.local")
+    raise AttributeError(f"module 'ddlkit.k8s' has no attribute {name!r}")

@@ -81,13 +81,13 @@ def env(plan: JobPlan) -> list[dict]:
     return out
 
 
-def container(plan: JobPlan, command: list[str], gpus: bool = True) -> dict:
+def container(plan: JobPlan, command: list[str], gpus: bool = True, port_name: str = "tf") -> dict:
     return {
         "name": CONTAINER,
         "image": plan.image,
         "command": command,  # an argv: no shell between Kubernetes and Python
         "env": env(plan),
-        "ports": [{"name": "tf", "containerPort": plan.port}],
+        "ports": [{"name": port_name, "containerPort": plan.port}],
         "resources": resources(plan, gpus),
         "volumeMounts": [{"name": "checkpoints", "mountPath": MOUNT}],
     }

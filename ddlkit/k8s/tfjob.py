@@ -21,7 +21,8 @@ def replica(plan: JobPlan, replicas: int, restart: str, gpus: bool = True) -> di
         "template": {
             "metadata": {"labels": objects.labels(plan)},
             "spec": {
-                "containers": [objects.container(plan, command, gpus)],
+                # "tfjob-port": the port the operator writes into every TF_CONFIG
+                "containers": [objects.container(plan, command, gpus, "tfjob-port")],
                 "volumes": objects.volumes(plan),
             },
         },

@@ -155,6 +155,7 @@ def test_the_tfjob_form_has_only_the_crds_fields(strategy, workers, ps, gpus):
         (box,) = replica["template"]["spec"]["containers"]
         assert box["name"] == "tensorflow"  # the operator looks for this container
         assert box["command"] == ["python", "train.py", "--epochs", "1"]  # it sets TF_CONFIG
+        assert box["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]  # and reads this
         gpu = box["resources"]["limits"].get("nvidia.com/gpu")
         assert gpu == (str(gpus) if gpus and role != "PS" else None)  # ps: CPU only
 
