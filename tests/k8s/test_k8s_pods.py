@@ -139,6 +139,45 @@ def test_exec_bad_input_is_one_line_exit_2_and_nothing_started(tmp_path, env, ar
     assert not (tmp_path / "started").exists()
 
 
+def test_parameter_server_pods_serve_until_the_chief_reports(tmp_path):
+    """Three pods of a PS job (chief, ps, worker) as real processes: the servers, which
+    never end by themselves, are ended by `exec --ps` once the chief's result is written."""
+    script = tmp_path / "task.py"
+    script.write_text(
+        "import os, time\n"
+        "from ddlkit import contract\n"
+        "name = os.environ[contract.WORKER_VAR]\n"
+        "if name == 'chief-0':\n"
+        "    time.sleep(1)\n"
+        "    contract.write_result(os.environ[contract.RUN_DIR_VAR], name, '{}')\n"
+        "else:\n"
+        "    time.sleep(300)  # a tf.distribute.Server's join(): never returns\n"
+    )
+    argv = [sys.executable, "-m", "ddlkit.k8s", "exec", "--job", "ps", "--pods", "3", "--ps",
+            "1", "--run-dir", str(tmp_path / "run"), "--", str(script)]  # fmt: skip
+    clean = {k: v for k, v in os.environ.items() if k != "JOB_COMPLETION_INDEX"}
+    procs = [
+        subprocess.Popen(
+            argv,
+            env={**clean, "JOB_COMPLETION_INDEX": str(i)},
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    try:
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert [o.split()[1] for o in outs] == ["chief-0", "ps-0", "worker-0"]
+    assert all("the chief reported" in o for o in outs[1:]), outs
+
+
 # --- the pod side for real: namespaced hosts named like pods (root) ------------------------
 @pytest.mark.slow
 def test_pods_on_namespaced_hosts_train_mwms_and_stream_metrics(data_env, tmp_path):
