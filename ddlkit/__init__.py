@@ -27,6 +27,7 @@ _SUBMODULES = {
     "faults",
     "horovod",
     "hosts",
+    "k8s",
     "launch",
     "metrics",
     "mirrored",

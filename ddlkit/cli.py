@@ -8,6 +8,7 @@
     ddlkit env
     ddlkit data {prepare,status,import}
     ddlkit bench [--quick] [--strategies ...] [--repeats N] [--steps N]
+    ddlkit k8s manifest --strategy multi_worker -n 2 --image IMAGE SCRIPT -- ARGS
 
 Exit codes: 0 success, 1 a worker or the run failed, 2 bad input (nothing
 started), 130 interrupted. Errors go to stderr as one line.
@@ -23,6 +24,8 @@ from pathlib import Path
 from ddlkit import settings
 from ddlkit.bench.cli import add_bench_parser, main_bench
 from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError
+from ddlkit.k8s.cli import add_parsers as add_k8s_parsers
+from ddlkit.k8s.cli import run_parsed as cmd_k8s
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -87,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
         help="prepare [--force] [NAME...] | status [NAME...] | import cifar10 PATH",
     )
     add_bench_parser(sub)
+    k8s = sub.add_parser("k8s", help="Kubernetes: write a training job's manifest (YAML)")
+    add_k8s_parsers(k8s.add_subparsers(dest="k8s_command", required=True))
     return parser
 
 
@@ -248,6 +253,7 @@ COMMANDS = {
     "env": cmd_env,
     "data": cmd_data,
     "bench": main_bench,
+    "k8s": cmd_k8s,
 }
 
 

@@ -3,7 +3,8 @@
 - :class:`Local`: a process the launcher forks here (pinned to cores, if asked);
 - :class:`Ssh`: a local ``ssh`` that runs the worker on its host;
 - :class:`Slurm`: ``srun`` starts the tasks; each reads who it is from ``SLURM_*``
-  (``creates_processes_externally``) and gets its TF_CONFIG from a `ClusterSpec`.
+  (``creates_processes_externally``) and gets its TF_CONFIG from a `ClusterSpec`;
+- :class:`Kubernetes`: an Indexed Job starts the pods; each reads ``JOB_COMPLETION_INDEX``.
 
 :func:`for_worker` is the one place that picks Local or Ssh for a `WorkerSpec`;
 :func:`detect` finds the scheduler a process runs under (None: none). A new environment
@@ -39,9 +40,10 @@ def detect(environ: Mapping[str, str] | None = None) -> type[Environment] | None
 
     env = os.environ if environ is None else environ
     if not SCHEDULERS:
+        from ddlkit.environments.kubernetes import Kubernetes
         from ddlkit.environments.slurm import Slurm
 
-        SCHEDULERS.append(Slurm)
+        SCHEDULERS.extend((Slurm, Kubernetes))
     return next((e for e in SCHEDULERS if e.detect(env)), None)
 
 
@@ -50,7 +52,21 @@ def __getattr__(name: str):
         from ddlkit.environments.slurm import Slurm
 
         return Slurm
+    if name == "Kubernetes":
+        from ddlkit.environments.kubernetes import Kubernetes
+
+        return Kubernetes
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["LOCAL", "Environment", "Local", "Popen", "Slurm", "Ssh", "detect", "for_worker"]
+__all__ = [
+    "LOCAL",
+    "Environment",
+    "Kubernetes",
+    "Local",
+    "Popen",
+    "Slurm",
+    "Ssh",
+    "detect",
+    "for_worker",
+]

@@ -1,0 +1,119 @@
+"""``dk.k8s.manifest(...)``: a training job as Kubernetes objects, ready for ``kubectl apply``.
+
+::
+
+    m = dk.k8s.manifest("launch/train_multi_worker.py", strategy="multi_worker", workers=2,
+                        image="registry.example/ddlkit:0.1", args=["--epochs", "3"])
+    m                      # a table: each object and what it is for
+    print(m.to_yaml())     # the YAML `kubectl apply -f -` reads
+    m.write("job.yaml")    # written whole or not at all
+
+``kind="job"``: a headless Service, a checkpoint volume claim and an Indexed Job (core API
+only, :mod:`ddlkit.k8s.objects`); ``kind="tfjob"``: Kubeflow's TFJob (:mod:`ddlkit.k8s.tfjob`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddlkit._tables import html_table, text_table
+from ddlkit.errors import ConfigError
+from ddlkit.k8s import objects, tfjob
+from ddlkit.k8s.plan import KINDS, JobPlan, make_plan
+
+_ROLE = {
+    "Service": "headless: each pod reachable as <job>-<index>.<service>",
+    "PersistentVolumeClaim": "the checkpoint volume every pod mounts (run dir, backups)",
+    "Job": "one pod per TensorFlow task, JOB_COMPLETION_INDEX = its task",
+    "TFJob": "Kubeflow's operator makes the pods and writes their TF_CONFIG",
+}
+
+
+@dataclass(frozen=True, repr=False)
+class Manifest:
+    """Kubernetes objects for one training job (plain dicts, in the order to apply them)."""
+
+    plan: JobPlan
+    kind: str
+    objects: tuple[dict, ...]
+
+    def to_dicts(self) -> list[dict]:
+        """The objects as new dicts (change them freely)."""
+        return copy.deepcopy(list(self.objects))
+
+    def to_yaml(self) -> str:
+        """One YAML document per object, separated by ``---`` (what ``kubectl apply`` reads)."""
+        import yaml
+
+        return yaml.safe_dump_all(self.to_dicts(), sort_keys=False, default_flow_style=False)
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`to_yaml` to ``path`` atomically (a temporary name, then a rename)."""
+        target = Path(path)
+        if not target.parent.is_dir():
+            raise ConfigError(
+                f"cannot write {target}: {target.parent} is not a directory. "
+                f"Fix: create it first or pick another -o path."
+            )
+        text = self.to_yaml()
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        return [(o["kind"], o["metadata"]["name"], _ROLE[o["kind"]]) for o in self.objects]
+
+    def _caption(self) -> str:
+        p = self.plan
+        return f"{p.strategy} on Kubernetes: {p.pods} pods of {p.image} ({self.kind})"
+
+    def __repr__(self) -> str:
+        return text_table(("kind", "name", "what it is for"), self._rows(), self._caption())
+
+    def _repr_html_(self) -> str:
+        return html_table(("kind", "name", "what it is for"), self._rows(), self._caption())
+
+
+def manifest(
+    script: str,
+    *,
+    strategy: str = "multi_worker",
+    workers: int = 2,
+    image: str = "",
+    ps: int = 0,
+    args: tuple[str, ...] | list[str] = (),
+    kind: str = "job",
+    name: str = "ddlkit",
+    cpu: str | int = "1",
+    memory: str = "2Gi",
+    gpus: int = 0,
+    storage: str = "1Gi",
+    retries: int | None = None,
+    port: int = 2222,
+    collector: str | None = None,
+    token_secret: str | None = None,
+) -> Manifest:
+    """The manifest of ``script`` trained with ``strategy`` on ``workers`` pods (pure).
+
+    ``parameter_server`` adds one chief (coordinator) and ``ps`` parameter servers.
+    ``cpu``, ``memory``, ``gpus`` (``nvidia.com/gpu``) are per pod, requested and limited;
+    ``storage`` sizes the checkpoint volume; ``retries`` is how often one pod may be
+    replaced (default by strategy); ``collector`` + ``token_secret`` send live metrics to a
+    collector the pods can reach. ConfigError for a bad value, before anything is built.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"kind {kind!r} is unknown. Fix: use one of {', '.join(KINDS)}.")
+    plan = make_plan(
+        script, strategy=strategy, workers=workers, image=image, ps=ps, args=args, name=name,
+        cpu=cpu, memory=memory, gpus=gpus, storage=storage, retries=retries, port=port,
+        collector=collector, token_secret=token_secret,
+    )  # fmt: skip
+    built = objects.objects(plan) if kind == "job" else tfjob.objects_tfjob(plan)
+    return Manifest(plan, kind, built)

@@ -1,0 +1,163 @@
+"""The core-API form of a training job: headless Service, checkpoint volume claim, Indexed Job.
+
+Pure functions from a :class:`~ddlkit.k8s.plan.JobPlan` to plain dicts (what ``kubectl
+apply -f`` reads), with nothing but Kubernetes' own API (``v1`` and ``batch/v1``, 1.30 and
+later): no operator needs to be installed. Why each field is there is said beside it;
+tests/k8s/ validates the objects against the official schemas (``kubernetes-validate``).
+"""
+
+from __future__ import annotations
+
+from ddlkit import contract
+from ddlkit.k8s.plan import CONTAINER, MOUNT, JobPlan
+
+JOB_LABEL = "ddlkit.io/job"  # our label on the pods; the Service selects them by it
+EXIT_BAD_INPUT = 2  # ddlkit's exit code for bad input: restarting cannot fix it
+
+
+def labels(plan: JobPlan) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "ddlkit", JOB_LABEL: plan.name}
+
+
+def service(plan: JobPlan) -> dict:
+    """The headless Service that gives every pod the DNS name ``<job>-<index>.<service>``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": plan.service, "labels": labels(plan)},
+        "spec": {
+            "clusterIP": "None",  # headless: DNS names each pod, no load-balancing virtual IP
+            "selector": labels(plan),
+            # Names resolve before a pod is Ready: TensorFlow's servers dial their peers while
+            # starting, and a training pod has no readiness probe to pass first.
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "tf", "port": plan.port, "targetPort": plan.port}],
+        },
+    }
+
+
+def volume_claim(plan: JobPlan) -> dict:
+    """The checkpoint volume every pod mounts: BackupAndRestore's backups, the run directory.
+
+    ReadWriteMany: all pods write to one run directory, and a replaced pod (on any node)
+    finds the backup its predecessor left.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": plan.claim, "labels": labels(plan)},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": plan.storage}},
+        },
+    }
+
+
+def exec_command(plan: JobPlan) -> list[str]:
+    """The pod's command: ``python -m ddlkit.k8s exec`` builds TF_CONFIG, then runs the script."""
+    shape = ["--job", plan.name, "--service", plan.service, "--pods", str(plan.pods)]
+    if plan.strategy == "parameter_server":
+        shape += ["--ps", str(plan.ps)]
+    shape += ["--port", str(plan.port)]
+    return ["python", "-m", "ddlkit.k8s", "exec", *shape, "--", plan.script, *plan.args]
+
+
+def resources(plan: JobPlan, gpus: bool = True) -> dict:
+    """Requests equal to limits: the Guaranteed QoS class, so a training pod is the last to be
+    evicted under memory pressure and, with the static CPU manager, gets whole cores."""
+    amounts = {"cpu": plan.cpu, "memory": plan.memory}
+    if gpus and plan.gpus:
+        amounts["nvidia.com/gpu"] = str(plan.gpus)  # the NVIDIA device plugin's resource
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def env(plan: JobPlan) -> list[dict]:
+    """What every pod is told besides TF_CONFIG (which ``exec`` builds from its index)."""
+    out = [{"name": contract.RUN_DIR_VAR, "value": plan.run_dir}]
+    if plan.collector is not None:  # live metrics: the collector's address and its token
+        out.append({"name": contract.COLLECTOR_VAR, "value": plan.collector})
+        secret = {"name": plan.token_secret, "key": "token"}  # from a Secret, never inline
+        out.append({"name": contract.TOKEN_VAR, "valueFrom": {"secretKeyRef": secret}})
+    return out
+
+
+def container(plan: JobPlan, command: list[str], gpus: bool = True, port_name: str = "tf") -> dict:
+    return {
+        "name": CONTAINER,
+        "image": plan.image,
+        "command": command,  # an argv: no shell between Kubernetes and Python
+        "env": env(plan),
+        "ports": [{"name": port_name, "containerPort": plan.port}],
+        "resources": resources(plan, gpus),
+        "volumeMounts": [{"name": "checkpoints", "mountPath": MOUNT}],
+    }
+
+
+def volumes(plan: JobPlan) -> list[dict]:
+    return [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": plan.claim}}]
+
+
+def pod_failure_policy() -> dict:
+    """Which pod failures count: bad input fails the job at once, disruptions not at all."""
+    return {
+        "rules": [
+            {  # ddlkit's bad-input exit: the same command would fail again in every retry
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER,
+                    "operator": "In",
+                    "values": [EXIT_BAD_INPUT],
+                },
+            },
+            {  # eviction, preemption, a drained node: not the program's fault, not counted
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        ]
+    }
+
+
+def job(plan: JobPlan) -> dict:
+    """The Indexed Job: one pod per TensorFlow task, each told its index."""
+    spec = {
+        "completionMode": "Indexed",  # pod i gets JOB_COMPLETION_INDEX=i, host name <job>-i
+        "completions": plan.pods,
+        "parallelism": plan.pods,  # all at once: every task must be up for training to start
+        # A failed pod is replaced with the same index, so the same name: its peers find the
+        # replacement where the old pod was. MultiWorkerMirroredStrategy: a lost worker fails
+        # its peers' all-reduce, the job's pods come back and the script's BackupAndRestore
+        # resumes from its last backup on the checkpoint volume (few retries: each costs the
+        # whole job an epoch's progress). ParameterServerStrategy: a worker may be replaced
+        # while training goes on (the coordinator reschedules its steps and reconnects to the
+        # same address), so it gets more retries.
+        "backoffLimitPerIndex": plan.retries,
+        "maxFailedIndexes": 0,  # an index out of retries fails the job: no task is optional
+        "podFailurePolicy": pod_failure_policy(),
+        # Start a replacement only once the old pod is gone: never two pods with one name.
+        "podReplacementPolicy": "Failed",
+        "template": {
+            "metadata": {"labels": labels(plan)},
+            "spec": {
+                "subdomain": plan.service,  # with the headless Service: <job>-<i>.<service>
+                "restartPolicy": "Never",  # the Job replaces pods (needed by the policies above)
+                "containers": [container(plan, exec_command(plan))],
+                "volumes": volumes(plan),
+            },
+        },
+    }
+    if plan.strategy == "parameter_server":
+        # The job is done when the chief (index 0) is: the Job controller then ends the ps
+        # and worker pods, whose servers never exit by themselves (Kubernetes >= 1.31; on
+        # 1.30 `exec --ps` ends them once the chief's result is on the shared volume).
+        spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": plan.name, "labels": labels(plan)},
+        "spec": spec,
+    }
+
+
+def objects(plan: JobPlan) -> tuple[dict, ...]:
+    """Service first: the names must exist when the pods start dialling each other."""
+    return (service(plan), volume_claim(plan), job(plan))

@@ -1,0 +1,159 @@
+"""What a Kubernetes training job is made of, checked: :class:`JobPlan` (pure data).
+
+``dk.k8s.manifest(...)`` checks its arguments here once (one ConfigError naming the value
+and the fix, before anything is built or written), then :mod:`ddlkit.k8s.objects` (an
+Indexed Job + headless Service, core API only) or :mod:`ddlkit.k8s.tfjob` (Kubeflow's
+TFJob) turn the plan into Kubernetes objects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ddlkit.environments.kubernetes import TF_PORT, check_label
+from ddlkit.errors import ConfigError
+
+STRATEGIES = ("multi_worker", "parameter_server")
+KINDS = ("job", "tfjob")
+CONTAINER = "tensorflow"  # the container's name (Kubeflow's TFJob requires this one)
+MOUNT = "/checkpoints"  # where the checkpoint volume appears in every pod
+# Retries of one pod index before the job fails (see objects.py for why they differ).
+RETRIES = {"multi_worker": 2, "parameter_server": 5}
+# Kubernetes' resource quantity: 1, 0.5, 500m, 2Gi, 512Mi, 1e3 ...
+_QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?")
+NAME_MOST = 50  # the Job name; its pods are <name>-<index> (host names of at most 63)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One training job for Kubernetes: who runs what, with which resources."""
+
+    strategy: str
+    workers: int
+    ps: int
+    image: str
+    script: str
+    args: tuple[str, ...]
+    name: str
+    cpu: str
+    memory: str
+    gpus: int
+    storage: str
+    retries: int
+    port: int = TF_PORT
+    collector: str | None = None  # host:port of a metrics collector the pods reach
+    token_secret: str | None = None  # the Secret whose key "token" is the collector's token
+
+    @property
+    def pods(self) -> int:
+        """Every process is a pod: MWMS its workers; PS one chief, the ps tasks, the workers."""
+        if self.strategy == "parameter_server":
+            return 1 + self.ps + self.workers
+        return self.workers
+
+    @property
+    def service(self) -> str:
+        return self.name  # the headless Service is named as the job (Kubeflow does the same)
+
+    @property
+    def claim(self) -> str:
+        return f"{self.name}-checkpoints"
+
+    @property
+    def run_dir(self) -> str:
+        return f"{MOUNT}/{self.name}"
+
+
+def _count(label: str, value: object, least: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{label}={value!r}: must be an integer >= {least}. Fix: {fix}.")
+    return value
+
+
+def _quantity(label: str, value: object, example: str) -> str:
+    text = str(value)
+    if not _QUANTITY_RE.fullmatch(text) or float(re.sub(r"[^0-9.]", "", text) or 0) <= 0:
+        raise ConfigError(
+            f"{label}={value!r} is not a Kubernetes resource quantity. "
+            f"Fix: e.g. {label}={example!r}."
+        )
+    return text
+
+
+def make_plan(
+    script: str,
+    *,
+    strategy: str,
+    workers: int,
+    image: str,
+    ps: int = 0,
+    args: tuple[str, ...] | list[str] = (),
+    name: str = "ddlkit",
+    cpu: str | int = "1",
+    memory: str = "2Gi",
+    gpus: int = 0,
+    storage: str = "1Gi",
+    retries: int | None = None,
+    port: int = TF_PORT,
+    collector: str | None = None,
+    token_secret: str | None = None,
+) -> JobPlan:
+    """The checked plan (ConfigError for the first bad value, naming the fix)."""
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise ConfigError(
+            f"no container image given (image={image!r}). Fix: pass --image (image=) with an "
+            f"image that holds the kit and your script, e.g. --image registry.example/ddlkit:0.1."
+        )
+    if strategy not in STRATEGIES:
+        raise ConfigError(
+            f"strategy {strategy!r} has no Kubernetes form. Fix: use one of "
+            f"{', '.join(STRATEGIES)} (Horovod runs under Kubeflow's MPIJob instead)."
+        )
+    _count("workers", workers, 1, "pass -n N with N >= 1 (N: training workers)")
+    if strategy == "parameter_server":
+        _count("ps", ps, 1, "pass --ps K with K >= 1 for parameter_server")
+    elif ps:
+        raise ConfigError(
+            f"ps={ps!r} with strategy {strategy!r}. Fix: leave --ps out, or use --strategy "
+            f"parameter_server."
+        )
+    if not isinstance(script, str) or not script:
+        raise ConfigError(
+            "no script given. Fix: name the training script, e.g. launch/train_multi_worker.py."
+        )
+    check_label("Job", name, NAME_MOST)
+    _count("gpus", gpus, 0, "pass --gpus 0 or more (nvidia.com/gpu per pod)")
+    _count("port", port, 1, "use a TCP port 1..65535, e.g. 2222")
+    if port > 65535:
+        raise ConfigError(f"port={port} is not a TCP port. Fix: use 1..65535, e.g. 2222.")
+    if retries is None:
+        retries = RETRIES[strategy]
+    _count("retries", retries, 0, "pass --retries 0 or more (restarts of one pod)")
+    if (collector is None) != (token_secret is None):
+        raise ConfigError(
+            "collector and token_secret go together: the pods need the collector's address and "
+            "its token (from a Secret, never inline). Fix: pass both --collector HOST:PORT and "
+            "--token-secret NAME, or neither."
+        )
+    if collector is not None and not re.fullmatch(r"[A-Za-z0-9._-]+:[0-9]{1,5}", collector):
+        raise ConfigError(f"collector {collector!r} is not HOST:PORT. Fix: e.g. 10.0.0.5:7000.")
+    if token_secret is not None:
+        check_label("Secret", token_secret)
+    return JobPlan(
+        strategy=strategy,
+        workers=workers,
+        ps=ps,
+        image=image,
+        script=script,
+        args=tuple(str(a) for a in args),
+        name=name,
+        cpu=_quantity("cpu", cpu, "2"),
+        memory=_quantity("memory", memory, "4Gi"),
+        gpus=gpus,
+        storage=_quantity("storage", storage, "10Gi"),
+        retries=retries,
+        port=port,
+        collector=collector,
+        token_secret=token_secret,
+    )

@@ -1,0 +1,69 @@
+"""Inside a pod: ``python -m ddlkit.k8s exec -- SCRIPT ARGS`` (the twin of ``ddlkit.slurm exec``).
+
+The manifest's command runs it in every pod of the Indexed Job. It reads the pod's
+``JOB_COMPLETION_INDEX``, builds TF_CONFIG from the pods' stable names
+``<job>-<index>.<service>`` (:class:`ddlkit.environments.kubernetes.Kubernetes`), names the
+worker (``worker-1``, ``chief-0``, ``ps-0``: :mod:`ddlkit.contract`'s rules) and replaces
+itself with ``python SCRIPT ARGS`` (``os.execv``: no shell, the arguments verbatim).
+
+With ``--ps K`` the ps and worker servers never end by themselves: the wrapper runs them as
+its children and ends them once the chief's result is in the run directory on the shared
+checkpoint volume (:func:`ddlkit.slurm.serve_until_chief_reports`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from ddlkit.contract import RUN_DIR_VAR, TF_CONFIG_VAR, WORKER_VAR, result_path, task_name
+from ddlkit.environments.kubernetes import TF_PORT, Kubernetes
+
+CHIEF = task_name("chief", 0)
+
+
+def default_run_dir(job: str) -> Path:
+    """``<runs>/k8s-<job>`` (``ddlkit.settings.runs_dir()``) when neither flag nor env names one."""
+    from ddlkit import settings
+
+    return settings.runs_dir() / f"k8s-{job}"
+
+
+def worker_env(
+    environ: Mapping[str, str],
+    job: str,
+    service: str,
+    pods: int,
+    ps: int = 0,
+    port: int = TF_PORT,
+    run_dir: str | os.PathLike | None = None,
+) -> dict[str, str]:
+    """The variables to add in this pod (pure): TF_CONFIG, worker name, run dir, Keras.
+
+    The run directory is ``run_dir``, else ``DDLKIT_RUN_DIR`` (the manifest sets it to the
+    checkpoint volume), else :func:`default_run_dir`.
+    """
+    from ddlkit.backend import keras_env
+
+    pod = Kubernetes.from_env(environ, job, service, pods, ps, port)
+    directory = run_dir or environ.get(RUN_DIR_VAR) or default_run_dir(job)
+    return {**keras_env(), **pod.task_env(directory)}
+
+
+def run(argv_list: list[str], env: Mapping[str, str], ps: int) -> int:
+    """Show who this pod is, then exec the script (or serve until the chief reports)."""
+    name = env[WORKER_VAR]
+    print(
+        f"ddlkit.k8s: {name} TF_CONFIG={env[TF_CONFIG_VAR]} run_dir={env[RUN_DIR_VAR]}",
+        file=sys.stderr,
+        flush=True,
+    )
+    os.environ.update(env)
+    if ps and name != CHIEF:
+        from ddlkit.slurm import serve_until_chief_reports
+
+        return serve_until_chief_reports(argv_list, result_path(env[RUN_DIR_VAR], CHIEF), name)
+    os.execv(argv_list[0], argv_list)
+    return 0  # not reached

@@ -1,0 +1,210 @@
+"""The manifests `ddlkit k8s manifest` writes, checked against Kubernetes' official schemas.
+
+kubernetes-validate (PyPI, 1.37.0) ships the JSON schemas of Kubernetes 1.30-1.37 and
+validates offline; ``strict`` rejects a field the API does not know. It does not check
+enum values, so those are asserted here. The TFJob form has no schema in any registry
+this kit installs from: its test is structural, against the fields of Kubeflow's CRD
+(kubeflow/training-operator, manifests/base/crds/kubeflow.org_tfjobs.yaml, kubeflow.org/v1),
+with each pod template validated as a core PodTemplate.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ddlkit.errors import ConfigError
+from ddlkit.k8s import manifest
+from ddlkit.k8s.objects import JOB_LABEL
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSIONS = ("1.30.0", "1.37.0")  # the oldest Kubernetes the Job form needs, the newest known
+IMAGE = "registry.example/ddlkit:0.1"
+SHAPES = [  # strategy, workers, ps, gpus
+    ("multi_worker", 1, 0, 0),
+    ("multi_worker", 4, 0, 2),
+    ("parameter_server", 1, 1, 0),
+    ("parameter_server", 3, 2, 1),
+]
+
+
+def _validate(obj: dict, version: str) -> None:
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+def _by_kind(m) -> dict[str, dict]:
+    return {o["kind"]: o for o in m.to_dicts()}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("strategy", "workers", "ps", "gpus"), SHAPES)
+def test_every_object_is_valid_for_kubernetes(strategy, workers, ps, gpus, version):
+    m = manifest("train.py", strategy=strategy, workers=workers, ps=ps, gpus=gpus, image=IMAGE)
+    assert [o["kind"] for o in m.objects] == ["Service", "PersistentVolumeClaim", "Job"]
+    for obj in m.to_dicts():
+        _validate(obj, version)
+
+
+def test_the_schema_check_can_fail():
+    job = _by_kind(manifest("train.py", image=IMAGE))["Job"]
+    job["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"  # a typo
+    with pytest.raises(kubernetes_validate.ValidationError, match="imagePullPolcy"):
+        _validate(job, "1.30.0")
+
+
+@pytest.mark.parametrize(("strategy", "workers", "ps", "gpus"), SHAPES)
+def test_the_job_runs_one_pod_per_task_named_through_the_headless_service(
+    strategy, workers, ps, gpus
+):
+    m = manifest("train.py", strategy=strategy, workers=workers, ps=ps, gpus=gpus, image=IMAGE,
+                 name="mnist", args=["--epochs", "3"])  # fmt: skip
+    objs = _by_kind(m)
+    pods = workers + (1 + ps if strategy == "parameter_server" else 0)
+    spec = objs["Job"]["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == pods == m.plan.pods
+    pod = spec["template"]["spec"]
+    svc = objs["Service"]["spec"]
+    assert pod["subdomain"] == objs["Service"]["metadata"]["name"] == "mnist"
+    assert svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True
+    assert svc["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert svc["selector"][JOB_LABEL] == "mnist"
+    (box,) = pod["containers"]
+    assert box["command"][:4] == ["python", "-m", "ddlkit.k8s", "exec"]
+    tail = box["command"][box["command"].index("--") :]
+    assert tail == ["--", "train.py", "--epochs", "3"]
+    shape = box["command"][4 : box["command"].index("--")]
+    assert shape[shape.index("--pods") + 1] == str(pods)
+    assert ("--ps" in shape) == (strategy == "parameter_server")
+    assert box["ports"] == [{"name": "tf", "containerPort": 2222}]
+    res = box["resources"]
+    assert res["requests"] == res["limits"]  # Guaranteed QoS
+    assert res["limits"].get("nvidia.com/gpu") == (str(gpus) if gpus else None)
+    claim = objs["PersistentVolumeClaim"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    (vol,) = pod["volumes"]
+    assert vol["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert box["volumeMounts"] == [{"name": vol["name"], "mountPath": "/checkpoints"}]
+    assert {"name": "DDLKIT_RUN_DIR", "value": "/checkpoints/mnist"} in box["env"]
+
+
+def test_restart_policy_fits_the_strategy():
+    mwms = _by_kind(manifest("t.py", strategy="multi_worker", workers=2, image=IMAGE))["Job"]
+    ps = _by_kind(manifest("t.py", strategy="parameter_server", workers=2, ps=1, image=IMAGE))
+    ps = ps["Job"]
+    for spec in (mwms["spec"], ps["spec"]):
+        assert spec["template"]["spec"]["restartPolicy"] == "Never"  # the Job replaces pods
+        assert spec["podReplacementPolicy"] == "Failed" and spec["maxFailedIndexes"] == 0
+        rules = spec["podFailurePolicy"]["rules"]
+        assert [r["action"] for r in rules] == ["FailJob", "Ignore"]
+        assert rules[0]["onExitCodes"]["values"] == [2]  # bad input: no retry
+        assert rules[1]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    # a PS worker may be replaced while training goes on: more retries than MWMS
+    assert ps["spec"]["backoffLimitPerIndex"] > mwms["spec"]["backoffLimitPerIndex"] >= 1
+    assert ps["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}  # the chief
+    assert "successPolicy" not in mwms["spec"]
+
+
+def test_live_metrics_take_the_token_from_a_secret_never_inline():
+    m = manifest("t.py", image=IMAGE, collector="10.0.0.5:7000", token_secret="ddlkit-token")
+    (box,) = _by_kind(m)["Job"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in box["env"]}
+    assert env["DDLKIT_COLLECTOR"]["value"] == "10.0.0.5:7000"
+    ref = env["DDLKIT_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "ddlkit-token", "key": "token"} and "value" not in env["DDLKIT_TOKEN"]
+    _validate(_by_kind(m)["Job"], "1.30.0")
+
+
+# --- the TFJob form: structural, against the fields of Kubeflow's CRD (kubeflow.org/v1) -----
+TFJOB_SPEC = {"enableDynamicWorker", "runPolicy", "successPolicy", "tfReplicaSpecs"}
+RUN_POLICY = {"activeDeadlineSeconds", "backoffLimit", "cleanPodPolicy", "schedulingPolicy",
+              "suspend", "ttlSecondsAfterFinished", "managedBy"}  # fmt: skip
+REPLICA = {"replicas", "restartPolicy", "template"}
+REPLICA_TYPES = {"Chief", "PS", "Worker", "Evaluator", "Master"}
+RESTART = {"Always", "OnFailure", "Never", "ExitCode"}
+CLEAN = {"None", "Running", "All"}
+
+
+@pytest.mark.parametrize(("strategy", "workers", "ps", "gpus"), SHAPES)
+def test_the_tfjob_form_has_only_the_crds_fields(strategy, workers, ps, gpus):
+    m = manifest("train.py", strategy=strategy, workers=workers, ps=ps, gpus=gpus, image=IMAGE,
+                 kind="tfjob", args=["--epochs", "1"])  # fmt: skip
+    objs = _by_kind(m)
+    assert sorted(objs) == ["PersistentVolumeClaim", "TFJob"]
+    _validate(objs["PersistentVolumeClaim"], "1.30.0")
+    job = objs["TFJob"]
+    assert (job["apiVersion"], set(job)) == ("kubeflow.org/v1", {"apiVersion", "kind",
+                                                                 "metadata", "spec"})  # fmt: skip
+    assert set(job["spec"]) <= TFJOB_SPEC and set(job["spec"]["runPolicy"]) <= RUN_POLICY
+    assert job["spec"]["runPolicy"]["cleanPodPolicy"] in CLEAN
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert set(specs) <= REPLICA_TYPES
+    want = {"Worker": workers} | ({"Chief": 1, "PS": ps} if strategy == "parameter_server" else {})
+    assert {k: v["replicas"] for k, v in specs.items()} == want
+    for role, replica in specs.items():
+        assert set(replica) <= REPLICA and replica["restartPolicy"] in RESTART
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+                    "template": replica["template"]}  # fmt: skip
+        for version in VERSIONS:
+            _validate(template, version)
+        (box,) = replica["template"]["spec"]["containers"]
+        assert box["name"] == "tensorflow"  # the operator looks for this container
+        assert box["command"] == ["python", "train.py", "--epochs", "1"]  # it sets TF_CONFIG
+        assert box["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]  # and reads this
+        gpu = box["resources"]["limits"].get("nvidia.com/gpu")
+        assert gpu == (str(gpus) if gpus and role != "PS" else None)  # ps: CPU only
+
+
+# --- YAML, the CLI, bad input ---------------------------------------------------------------
+def _cli(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "ddlkit.cli", "k8s", "manifest", *argv],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_cli_writes_the_same_yaml_to_stdout_and_to_a_file(tmp_path):
+    argv = ["--strategy", "parameter_server", "-n", "2", "--ps", "1", "--image", IMAGE,
+            "launch/train_parameter_server.py", "--", "--epochs", "1", "a b"]  # fmt: skip
+    out = _cli(*argv, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    want = manifest("launch/train_parameter_server.py", strategy="parameter_server",
+                    workers=2, ps=1, image=IMAGE, args=["--epochs", "1", "a b"])  # fmt: skip
+    assert docs == want.to_dicts()
+    written = _cli("-o", "job.yaml", *argv, cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    assert (tmp_path / "job.yaml").read_text() == out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]  # no temporary left
+    assert "headless" in repr(want) and "<table>" in want._repr_html_()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["-n", "2", "t.py"], "no container image"),
+        (["-n", "0", "--image", IMAGE, "t.py"], "workers=0"),
+        (["-n", "-1", "--image", IMAGE, "t.py"], "workers=-1"),
+        (["--strategy", "parameter_server", "--image", IMAGE, "t.py"], "ps=0"),
+        (["--ps", "1", "--image", IMAGE, "t.py"], "leave --ps out"),
+        (["--image", IMAGE, "--name", "My_Job", "t.py"], "DNS label"),
+        (["--image", IMAGE, "--memory", "lots", "t.py"], "resource quantity"),
+        (["--image", IMAGE, "--collector", "h:1", "t.py"], "go together"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, argv, words):
+    proc = _cli("-o", "job.yaml", *argv, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert words in proc.stderr and "Fix:" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_in_python_is_a_config_error():
+    with pytest.raises(ConfigError, match="no container image"):
+        manifest("t.py", workers=2)
+    with pytest.raises(ConfigError, match="kind 'helm' is unknown"):
+        manifest("t.py", image=IMAGE, kind="helm")
