@@ -240,8 +240,11 @@ class UserHosts:
         return tuple(p.pid for p in self.procs)
 
     def processes(self, index: int) -> list[int]:
-        """Processes running on host ``index``: its sshd's descendants (sessions, workers)."""
-        return descendants(self.procs[index].pid)
+        """Processes running on host ``index``: its sshd's descendants (sessions, workers),
+        and any that outlived their session (``SSH_CONNECTION`` names this host)."""
+        h = self.plan.hosts[index]
+        found = set(descendants(self.procs[index].pid)) | set(came_through(h.address, h.port))
+        return sorted(p for p in found if _alive(p))
 
     def stop_answering(self, index: int) -> list[int]:
         """SIGSTOP host ``index``'s sshd and everything under it; the pids stopped."""
@@ -315,6 +318,25 @@ def descendants(pid: int) -> list[int]:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
+    return found
+
+
+def came_through(address: str, port: int) -> list[int]:
+    """Processes whose ``SSH_CONNECTION`` (inherited from their sshd session) ends with
+    ``address port``: started on that host, even if their session is gone."""
+    tail = f" {address} {port}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(b"SSH_CONNECTION=") and var.endswith(tail):
+                found.append(int(entry))
+                break
     return found
 
 
