@@ -80,6 +80,11 @@ class DemoCluster:
         return ",".join(f"{a}:{slots}" for a in self.addresses)
 
     @property
+    def ssh_config(self) -> str | None:
+        """User mode: the ssh config naming every host (``ssh -F CONFIG host1``); else None."""
+        return None if self._user is None else str(self._user.plan.ssh_config)
+
+    @property
     def names(self) -> list[str]:
         """Each host's name: the namespace, or (user mode) host1, host2, ... of the ssh config."""
         return [h.name for h in self.hosts]
@@ -87,8 +92,9 @@ class DemoCluster:
     def launch_kwargs(self, slots: int = 1) -> dict[str, Any]:
         """Keyword arguments for ``dk.launch.start`` that run the job on these hosts.
 
-        User-mode hosts share one network stack, so their TF servers need ports distinct
-        across hosts (``distinct_ports``), as tasks on one machine do.
+        User-mode hosts share one network stack (with everyone on this machine), so their
+        TF servers need ports distinct across hosts (``distinct_ports``) from a block free
+        now (``base_port``), as tasks on one machine do.
         """
         kwargs = {
             "hosts": self.host_list(slots),
@@ -96,7 +102,10 @@ class DemoCluster:
             "collector_host": self.collector_host,
             "network_interface": self.network_interface,
         }
-        return kwargs | ({"distinct_ports": True} if self.kind == "user" else {})
+        if self.kind != "user":
+            return kwargs
+        base = userhosts.free_port_block(slots * len(self.hosts) + 1)  # + a PS chief
+        return kwargs | {"distinct_ports": True, "base_port": base}
 
     def cut_link(self, index: int) -> None:
         """Make host ``index`` stop answering, as a pulled cable would.
@@ -140,7 +149,7 @@ class DemoCluster:
     def _caption(self) -> str:
         kind = "namespaced hosts" if self.kind == "netns" else "user-mode hosts (no root)"
         return (
-            f"demo cluster: {len(self.hosts)} {kind}, launcher at {self.collector_host}; "
+            f"demo cluster: {len(self.hosts)} hosts, {kind}, launcher at {self.collector_host}; "
             f"{DIFFERS[self.kind]}"
         )
 

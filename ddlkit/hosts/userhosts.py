@@ -71,6 +71,12 @@ class UserPlan:
         return self.directory / "ssh_config"
 
     @property
+    def options_config(self) -> Path:
+        """The config `options` name: without IdentityFile (SshOptions gives ``-i``, so a
+        key put in its place is the only one tried)."""
+        return self.directory / "ssh_config.options"
+
+    @property
     def known_hosts(self) -> Path:
         return self.directory / "known_hosts"
 
@@ -87,8 +93,10 @@ class UserPlan:
     def sshd_argv(self, host: UserHost) -> list[str]:
         return [self.sshd, "-D", "-f", str(self.sshd_config(host)), "-E", str(self.log(host))]
 
-    def ssh_config_text(self) -> str:
-        """``Host host1 127.0.0.2`` blocks: reach each host by name or by address."""
+    def ssh_config_text(self, *, identity: bool = True) -> str:
+        """``Host host1 127.0.0.2`` blocks: reach each host by name or by address.
+
+        ``identity`` False leaves IdentityFile out (ssh would try it besides any ``-i``)."""
         blocks = []
         for h in self.hosts:
             blocks += [
@@ -96,7 +104,7 @@ class UserPlan:
                 f"  HostName {h.address}",
                 f"  Port {h.port}",
                 f"  User {self.user}",
-                f"  IdentityFile {self.keys.client_key}",
+                *([f"  IdentityFile {self.keys.client_key}"] if identity else []),
                 "  IdentitiesOnly yes",
                 f"  UserKnownHostsFile {self.known_hosts}",
                 "  StrictHostKeyChecking yes",
@@ -116,7 +124,7 @@ class UserPlan:
             identity=str(self.keys.client_key),
             known_hosts=str(self.known_hosts),
             port=None,
-            config_file=str(self.ssh_config),
+            config_file=str(self.options_config),
         )
 
 
@@ -208,6 +216,28 @@ def free_port(address: str) -> int:
         return s.getsockname()[1]
 
 
+def free_port_block(count: int, *, tries: int = 50) -> int:
+    """A port ``p`` with ``p .. p + count - 1`` free on every address (one network stack:
+    TF servers bind them all), for ``base_port``; ConfigError after ``tries`` attempts."""
+    for _ in range(tries):
+        first = free_port("")
+        if first + count > 65535 - 64:
+            continue
+        held = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise ConfigError(f"user-mode hosts: no {count} free consecutive ports found; retry")
+
+
 def check_plan(p: UserPlan) -> None:
     """Refuse a plan whose port is taken or whose files exist; nothing started."""
     for h in p.hosts:
@@ -288,6 +318,7 @@ def start(p: UserPlan, *, timeout: float = 30.0) -> UserHosts:
         host_pub = Path(f"{p.keys.host_key}.pub").read_text()
         p.known_hosts.write_text(p.known_hosts_text(host_pub))
         p.ssh_config.write_text(p.ssh_config_text())
+        p.options_config.write_text(p.ssh_config_text(identity=False))
         for h in p.hosts:
             p.sshd_config(h).write_text(p.sshd_config_text(h))
             proc = subprocess.Popen(

@@ -6,7 +6,7 @@ When the suite runs as root, `ordinary_user()` makes (once; idempotent) the user
   venv made from the system's python3.11 (same ABI) that loads the kit's site-packages
   (a ``.pth`` calling ``site.addsitedir``), at a path every host (the same machine) sees;
 - the prepared data sets (copied from the session's DDLKIT_HOME), a HOME, a runs dir.
-Everything is in ``tmp`` (made world-readable and given to the user). Not root: the
+Everything is in ``tmp`` (a directory of its own in /tmp, given to the user). Not root: the
 current user is already ordinary and runs the program directly.
 """
 
@@ -65,10 +65,7 @@ def user_env(tmp: Path, data_home: Path) -> UserEnv:
             f"import site; site.addsitedir({str(site)!r})\n"
         )
         python = str(venv / "bin" / "python")
-        for path in [tmp, *tmp.parents]:  # the user must reach tmp (pytest's is 0700)
-            if path == Path("/"):
-                break
-            path.chmod(path.stat().st_mode | 0o711)
+        tmp.chmod(0o755)  # mkdtemp's is 0700
         subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(tmp)], check=True)
         prefix = ("setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups")
     env = {

@@ -33,7 +33,7 @@ def main() -> None:
         out["addresses"] = demo.addresses
         # plain ssh by name, through the cluster's ssh config
         who = subprocess.run(
-            ["ssh", "-F", demo.ssh.config_file, "host2", "printenv", "SSH_CONNECTION", "USER"],
+            ["ssh", "-F", demo.ssh_config, "host2", "printenv", "SSH_CONNECTION", "USER"],
             capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         out["ssh_host2"] = [who.returncode, who.stdout.split()]
@@ -48,6 +48,7 @@ def main() -> None:
         finally:
             run.stop()
         out["ok"] = result.ok
+        out["base_port"] = run.config.base_port
         out["tasks"] = [[t.host, t.port] for t in run.cluster.tasks] if run.cluster else []
         records = {
             w: [r for r in run.records(w) if r.kind == "step"] for w in run.collector.workers()
