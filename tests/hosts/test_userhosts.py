@@ -15,6 +15,7 @@ import glob
 import json
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from ddlkit.launch import run as run_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "launch" / "train_multi_worker.py"
+REPORT = ROOT / "launch" / "report_tf_config.py"
 _WHY = demo.unavailable("user")
 real = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
 
@@ -258,3 +260,27 @@ def test_an_ordinary_user_trains_across_two_user_mode_hosts(prepared_data_home):
     assert out["tasks"] == [[out["addresses"][0], base], [out["addresses"][1], base + 1]]
     assert out["steps"] == {"worker-0": 4, "worker-1": 4} and out["results"] == out["steps"]
     assert out["left_on_hosts"] == [[], []] and out["leftovers"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(_WHY), reason=_WHY or "")
+def test_the_cli_reaches_user_mode_hosts_through_their_ssh_config(cluster, tmp_path):
+    cli = [sys.executable, "-m", "ddlkit.cli", "launch", "-n", "2", "--no-live"]
+    cli += ["--runs-dir", str(tmp_path / "runs"), "-H", cluster.host_list()]
+    base = cluster.launch_kwargs()["base_port"]
+    argv = [*cli, "--ssh-config", cluster.ssh.config_file, "--ssh-identity", cluster.ssh.identity]
+    argv += ["--distinct-ports", "--base-port", str(base), str(REPORT)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    reports = []
+    for index in range(2):
+        log = (run_dir / "logs" / f"worker-{index}.log").read_text()
+        reports.append(json.loads([ln for ln in log.splitlines() if ln.startswith("{")][-1]))
+    wanted = [f"{a}:{base + i}" for i, a in enumerate(cluster.addresses)]
+    assert [r["cluster"]["worker"] for r in reports] == [wanted, wanted]
+    assert [r["task_id"] for r in reports] == [0, 1]
+    missing = [*cli, "--ssh-config", str(tmp_path / "none"), str(REPORT)]
+    done = subprocess.run(missing, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no ssh config at" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
