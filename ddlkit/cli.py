@@ -60,7 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     remote.add_argument("--ssh-identity", help="private key file (default: ssh's own)")
     remote.add_argument("--ssh-known-hosts", help="known_hosts file (default: ~/.ssh's)")
     remote.add_argument("--ssh-user", help="user on the hosts (default: yours)")
-    remote.add_argument("--ssh-port", type=int, default=22)
+    remote.add_argument("--ssh-port", type=int, default=None, help="default: 22, or --ssh-config's")
+    remote.add_argument(
+        "--ssh-config", help="ssh config naming the hosts (user-mode demo hosts: demo.ssh_config)"
+    )
     remote.add_argument(
         "--collector-host",
         help="address the hosts reach for live metrics, or 'auto' (needed with other hosts)",
@@ -68,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     remote.add_argument(
         "--base-port", type=int, default=None, help="TF servers' first port on each host"
     )
+    remote.add_argument(
+        "--distinct-ports", action="store_true",
+        help="TF server ports distinct across hosts (hosts sharing one network stack)",
+    )  # fmt: skip
     remote.add_argument("--network-interface", help="horovodrun --network-interface")
     remote.add_argument("--python", help="the kit's Python on the hosts (default: this one)")
     p.add_argument("script", help="a Python training script")
@@ -131,12 +138,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
     ssh = None
-    if args.ssh_identity or args.ssh_known_hosts or args.ssh_user or args.ssh_port != 22:
+    given = (args.ssh_identity, args.ssh_known_hosts, args.ssh_user, args.ssh_config)
+    if any(given) or args.ssh_port is not None:
+        config = args.ssh_config and str(Path(args.ssh_config).expanduser())
         ssh = SshOptions(
             identity=args.ssh_identity and str(Path(args.ssh_identity).expanduser()),
             known_hosts=args.ssh_known_hosts and str(Path(args.ssh_known_hosts).expanduser()),
             user=args.ssh_user,
-            port=args.ssh_port,
+            # with a config, its Port lines choose each host's port unless --ssh-port is given
+            port=args.ssh_port if args.ssh_port is not None else (None if config else 22),
+            config_file=config,
         )
     run = run_mod.start(
         args.script,
@@ -154,6 +165,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         collector_host=args.collector_host,
         ssh=ssh,
         base_port=plan.BASE_PORT if args.base_port is None else args.base_port,
+        distinct_ports=args.distinct_ports,
         network_interface=args.network_interface,
         python=args.python,
         cores=args.cores,

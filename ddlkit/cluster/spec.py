@@ -208,6 +208,7 @@ class ClusterSpec(_Table):
         chief: bool = False,
         evaluator: bool = False,
         base_port: int | None = None,
+        distinct_ports: bool = False,
     ) -> ClusterSpec:
         """Place tasks onto host slots, filling each host before the next.
 
@@ -215,6 +216,9 @@ class ClusterSpec(_Table):
         every host uses ports ``base_port, base_port + 1, ...`` for its slots
         (what remote machines need); without it, free ports are picked by
         binding on each host, which works only for addresses of this machine.
+        ``distinct_ports`` numbers the ports across all hosts instead (``base_port``
+        up, one per task): for hosts sharing one network stack (user-mode demo hosts),
+        where TensorFlow's servers, which bind every address, would clash.
         """
         host_list = _as_hosts(hosts)
         wanted = _wanted_tasks(workers, ps, chief, evaluator)
@@ -234,6 +238,8 @@ class ClusterSpec(_Table):
             ports = _pick_ports(counts)
             addresses = [(host, ports[host][local]) for _, (host, local) in placed]
         else:
+            if distinct_ports:
+                placed = [(task, (host, n)) for n, (task, (host, _)) in enumerate(placed)]
             highest = max(local for _, (_, local) in placed)
             if not _is_int(base_port) or base_port < 1 or base_port + highest > 65535:
                 raise ConfigError(

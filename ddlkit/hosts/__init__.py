@@ -5,14 +5,15 @@
 - `preflight`: per-host reachability, Python/TensorFlow/Horovod versions and free ports.
 - `netns`: hosts on one machine as Linux network namespaces (root, iproute2).
 - `sshd`: an sshd in each namespaced host with keys made for the occasion.
-- `demo`: `start_demo_cluster(n)` / `demo_cluster(n)`, namespaced hosts with sshd, as
-  `ddlkit.launch.start` needs them.
+- `userhosts`: hosts without root: an sshd of yours per loopback address, an ssh config.
+- `demo`: `start_demo_cluster(n)` / `demo_cluster(n)`, hosts with sshd (namespaced as root,
+  user-mode otherwise; ``kind=``), as `ddlkit.launch.start` needs them.
 - `drills`: faults made on purpose on a demo cluster (a stranger's key, a held port).
 """
 
 from __future__ import annotations
 
-from ddlkit.hosts import drills
+from ddlkit.hosts import drills, userhosts
 from ddlkit.hosts.demo import DemoCluster, demo_cluster, start_demo_cluster
 from ddlkit.hosts.netns import NetnsHost, cut_link, namespaced_hosts, restore_link
 from ddlkit.hosts.preflight import HostCheck, Preflight, check_hosts
@@ -23,6 +24,7 @@ __all__ = [
     "DemoCluster",
     "demo_cluster",
     "drills",
+    "userhosts",
     "HostCheck",
     "HostError",
     "Preflight",

@@ -1,7 +1,8 @@
 """Failure drills on a demo cluster: the faults notebook 06 makes on purpose.
 
 - `new_key`: an SSH key pair no host has authorised (an authentication failure);
-- `occupy_port`: a program holding a TCP port inside one namespaced host (a blocked port);
+- `occupy_port`: a program holding a TCP port on one host (a blocked port; on user-mode
+  hosts, which share one network stack, it is blocked on every host);
 - `wait_idle`: wait until nothing but sshd runs on any host (after a failure).
 
 Each drill undoes itself: the key is a file in a directory you give, the port holder ends
@@ -89,8 +90,9 @@ def wait_idle(demo: DemoCluster, *, timeout: float = 60.0) -> list[list[int]]:
             return left
         if time.monotonic() >= deadline:
             busy = {demo.addresses[i]: pids for i, pids in enumerate(left) if pids}
+            look = "`ps -fp PID`" if demo.kind == "user" else "`ip netns pids <namespace>`"
             raise JobTimeoutError(
                 f"processes still running after {timeout:.0f} s: {busy}. Fix: look at them "
-                f"with `ip netns pids <namespace>`; demo_cluster's exit stops them."
+                f"with {look}; demo_cluster's exit stops them."
             )
         time.sleep(0.2)

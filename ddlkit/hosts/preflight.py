@@ -245,6 +245,12 @@ def check_hosts(
             f"preflight: no SSH key at {options.identity}; "
             f"fix: make one (ssh-keygen -t ed25519) or give the path of yours"
         )
+    config = options.config_file
+    if config not in (None, "/dev/null") and not os.path.isfile(config):
+        raise ConfigError(
+            f"preflight: no ssh config at {config}; fix: give the path of the file naming "
+            f"the hosts (a user-mode demo cluster's: demo.ssh_config), or leave it out"
+        )
     limit = options.connect_timeout + 30.0 if timeout is None else timeout
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         rows = pool.map(

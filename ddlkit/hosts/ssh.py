@@ -52,12 +52,14 @@ class SshOptions:
     ``identity``/``known_hosts`` of None leave OpenSSH's own defaults (``~/.ssh``);
     ``strict`` False accepts a host's key the first time (``accept-new``), never a changed one.
     ``alive_interval`` x ``alive_count`` seconds of silence end a session whose link died.
+    ``port`` None passes no ``-p``: each host's port comes from ``config_file`` (a user-mode
+    demo cluster's ``Host host1`` entries) or OpenSSH's default.
     """
 
     identity: str | None = None
     known_hosts: str | None = None
     user: str | None = None
-    port: int = 22
+    port: int | None = 22
     connect_timeout: int = 5
     strict: bool = True
     alive_interval: int = 2
@@ -65,8 +67,8 @@ class SshOptions:
     config_file: str | None = None  # "/dev/null" ignores ~/.ssh/config
 
     def __post_init__(self) -> None:
-        if not 1 <= self.port <= 65535:
-            raise ConfigError(f"ssh: port={self.port}; use 1 to 65535")
+        if self.port is not None and not 1 <= self.port <= 65535:
+            raise ConfigError(f"ssh: port={self.port}; use 1 to 65535, or None (ssh config's)")
         for name in ("connect_timeout", "alive_interval", "alive_count"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ssh: {name}={getattr(self, name)}; use a whole number >= 1")
@@ -93,8 +95,9 @@ def ssh_options_argv(options: SshOptions) -> list[str]:
         "-o", f"ServerAliveInterval={o.alive_interval}",
         "-o", f"ServerAliveCountMax={o.alive_count}",
         "-o", "LogLevel=ERROR",
-        "-p", str(o.port),
     ]  # fmt: skip
+    if o.port is not None:
+        cmd += ["-p", str(o.port)]
     if o.known_hosts is not None:
         cmd += ["-o", f"UserKnownHostsFile={o.known_hosts}"]
     if o.identity is not None:

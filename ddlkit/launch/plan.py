@@ -71,6 +71,7 @@ class LaunchConfig:
     keras: str = field(default_factory=backend.wanted_flavour)
     ssh: SshOptions | None = None
     base_port: int = BASE_PORT
+    distinct_ports: bool = False  # hosts share one network stack: ports distinct across them
     network_interface: str | None = None
     hostfile: Path | None = None
     cores: tuple[int, ...] | None = None

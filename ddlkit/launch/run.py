@@ -174,6 +174,7 @@ def start(
     token: str | None = None,
     ssh: SshOptions | None = None,
     base_port: int = plan.BASE_PORT,
+    distinct_ports: bool = False,
     network_interface: str | None = None,
     preflight_timeout: float | None = None,
     python: str | None = None,
@@ -192,7 +193,9 @@ def start(
     address on the hosts' network) or an address they reach; a token is then made with
     ``secrets`` unless ``token`` is given. ``python``: the kit's Python (default: this
     one's path, which every host must have too). ``hostfile``: a file of ``host slots=N``
-    lines instead of ``hosts``.
+    lines instead of ``hosts``. ``distinct_ports``: the TF server ports differ across
+    hosts too, for hosts sharing one network stack (user-mode demo hosts); hosts that are
+    all loopback addresses (127.0.0.2, ...) reach a collector on 127.0.0.1.
 
     ``cores``: the cores of this machine the run may use (default: all of this process's);
     given, every process of the run is confined to them, each compute worker to its own
@@ -213,6 +216,7 @@ def start(
         label=label,
         ssh=ssh,
         base_port=base_port,
+        distinct_ports=distinct_ports,
         network_interface=network_interface,
         hostfile=None if hostfile is None else Path(hostfile),
         cores=None if cores is None else tuple(cores),
@@ -294,7 +298,8 @@ def _collector_address(
 ) -> tuple[str, str | None]:
     """(address the collector binds, address workers are told, None: the same)."""
     remote_hosts = [h.name for h in config.hosts or ()] if config.remote else []
-    if remote_hosts and (collector_host is None or is_loopback(collector_host)):
+    on_loopback = all(is_loopback(h) for h in remote_hosts)  # user-mode hosts: 127.0.0.k
+    if remote_hosts and not on_loopback and (collector_host is None or is_loopback(collector_host)):
         raise ConfigError(
             f"workers on {', '.join(remote_hosts)} cannot send live metrics to "
             f"{collector_host or '127.0.0.1'} on this machine. Fix: pass "

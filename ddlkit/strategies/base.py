@@ -177,6 +177,7 @@ class TaskStrategy(Strategy):
                 ps=self.ps(config),
                 chief=self.chief,
                 base_port=config.base_port,
+                distinct_ports=config.distinct_ports,
             )
         if self.chief or self.ps(config):
             return ClusterSpec.local(
@@ -224,7 +225,8 @@ class TaskStrategy(Strategy):
         return specs
 
     def remote_rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
-        return [("TF server ports", f"{config.base_port} and up on each host")]
+        where = "across all hosts (one network stack)" if config.distinct_ports else "on each host"
+        return [("TF server ports", f"{config.base_port} and up {where}")]
 
 
 def remote_ports(cluster: ClusterSpec) -> dict[str, list[int]]:
