@@ -17,7 +17,7 @@ with ``python SCRIPT ARGS...`` (``os.execv``, no shell). The templates in
 With ``exec --ps N`` task 0 is the chief, the next N are parameter servers and the rest
 workers; the ps and worker servers never end by themselves, so the wrapper runs them as
 its children and ends them once the chief has written its result
-(:func:`serve_until_chief_reports`).
+(:func:`ddlkit.environments.scheduled.serve_until_chief_reports`).
 
 The cluster is the one ``tf.distribute.cluster_resolver.SlurmClusterResolver``
 builds (every task ``host:port_base+i`` for its i-th task on that host, task
@@ -34,7 +34,7 @@ without TensorFlow and with two differences, both checked in tests/test_slurm.py
 Tasks must be laid out in blocks (Slurm's default ``--distribution=block``); a task
 whose ``SLURM_LOCALID`` or ``SLURMD_NODENAME`` disagrees with that layout is refused
 with the fix. Pure functions of an environment mapping, except :func:`resolver`,
-:func:`serve_until_chief_reports` and :func:`main`.
+:func:`main`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from ddlkit.cluster import Host, format_hosts
-from ddlkit.contract import RUN_DIR_VAR, TF_CONFIG_VAR, WORKER_VAR, result_path, task_name
+from ddlkit.contract import RUN_DIR_VAR
+from ddlkit.environments.scheduled import exec_task, serve_until_chief_reports
 from ddlkit.environments.slurm import (  # re-exported: the job step's parsers
     INSIDE_FIX,
     JOB_VARS,
@@ -90,8 +91,6 @@ __all__ = [
     "tf_config_from_slurm",
     "worker_env",
 ]
-
-CHIEF = task_name("chief", 0)  # the ParameterServerStrategy coordinator: task 0
 
 
 def tf_config_from_slurm(
@@ -213,60 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ddlkit.slurm: error: {exc}", file=sys.stderr)
         return 2
-    name = env[WORKER_VAR]
-    print(
-        f"ddlkit.slurm: {name} TF_CONFIG={env[TF_CONFIG_VAR]} run_dir={env[RUN_DIR_VAR]}",
-        file=sys.stderr,
-        flush=True,
-    )
-    os.environ.update(env)
-    if args.ps and name != CHIEF:
-        chief_result = result_path(env[RUN_DIR_VAR], CHIEF)
-        return serve_until_chief_reports(argv_list, chief_result, name)
-    os.execv(argv_list[0], argv_list)
-    return 0  # not reached
-
-
-def serve_until_chief_reports(
-    argv: list[str], chief_result: Path, name: str, poll: float = 0.5, grace: float = 10.0
-) -> int:
-    """Run a ps or worker server (which never exits by itself) until the chief reports.
-
-    Returns the server's exit code if it ends first, else 0 once ``chief_result`` is
-    written after this started (the server gets SIGTERM, then SIGKILL after ``grace``
-    seconds). If the chief fails instead, ``srun --kill-on-bad-exit`` ends the job.
-    """
-    import signal
-    import subprocess
-    import time
-
-    started = time.time()
-    child = subprocess.Popen(argv)
-
-    def stop(*_: object) -> None:
-        raise SystemExit(128 + signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        while child.poll() is None:
-            try:
-                reported = chief_result.stat().st_mtime >= started - 1
-            except OSError:
-                reported = False
-            if reported:
-                print(f"ddlkit.slurm: {name}: the chief reported; ending this server", flush=True)
-                child.terminate()
-                try:
-                    child.wait(grace)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                return 0
-            time.sleep(poll)
-        return child.returncode
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
+    return exec_task("ddlkit.slurm", argv_list, env, args.ps)
 
 
 if __name__ == "__main__":

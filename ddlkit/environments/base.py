@@ -20,12 +20,17 @@ SSH for a `WorkerSpec` (by its ``host``).
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from ddlkit import contract
+
 if TYPE_CHECKING:
+    from ddlkit.cluster import ClusterSpec, Task
     from ddlkit.launch.spec import WorkerSpec
 
 
@@ -90,6 +95,29 @@ class Environment:
 
     def global_rank(self) -> int:
         raise NotImplementedError(f"{self.name}: the launcher knows its workers")
+
+    def cluster(self) -> ClusterSpec:
+        """The TF cluster of every task the scheduler started, roles in order chief, ps,
+        worker; :meth:`global_rank` is this process's place in it."""
+        raise NotImplementedError(f"{self.name}: the launcher knows its workers")
+
+    def task(self) -> Task:
+        """This process's task in :meth:`cluster`."""
+        return self.cluster().tasks[self.global_rank()]
+
+    def tf_config(self) -> dict:
+        return self.cluster().tf_config(self.task())
+
+    def worker_name(self) -> str:
+        return self.task().name
+
+    def task_env(self, run_dir: str | os.PathLike) -> dict[str, str]:
+        """The worker contract's variables for this task: TF_CONFIG, its name, the run dir."""
+        return {
+            contract.TF_CONFIG_VAR: json.dumps(self.tf_config(), sort_keys=True),
+            contract.WORKER_VAR: self.worker_name(),
+            contract.RUN_DIR_VAR: str(Path(run_dir).absolute()),
+        }
 
     def __repr__(self) -> str:
         return f"<environment {self.name}{f' {self.host}' if self.host else ''}>"

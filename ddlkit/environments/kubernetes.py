@@ -18,14 +18,10 @@ environment mapping; :class:`Kubernetes` is the environment of one pod.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from ddlkit import contract
 from ddlkit._tables import html_table
 from ddlkit.cluster import ClusterSpec, Task
 from ddlkit.environments.base import Environment
@@ -160,23 +156,6 @@ class Kubernetes(Environment):
             )
             seen[role] = seen.get(role, 0) + 1
         return ClusterSpec(tuple(tasks))
-
-    def task(self) -> Task:
-        return self.cluster().tasks[self.pod.index]
-
-    def tf_config(self) -> dict:
-        return self.cluster().tf_config(self.task())
-
-    def worker_name(self) -> str:
-        return self.task().name
-
-    def task_env(self, run_dir: str | os.PathLike) -> dict[str, str]:
-        """The worker contract's variables for this pod: TF_CONFIG, its name, the run dir."""
-        return {
-            contract.TF_CONFIG_VAR: json.dumps(self.tf_config(), sort_keys=True),
-            contract.WORKER_VAR: self.worker_name(),
-            contract.RUN_DIR_VAR: str(Path(run_dir).absolute()),
-        }
 
     def _repr_html_(self) -> str:
         rows = [

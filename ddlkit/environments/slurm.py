@@ -17,16 +17,12 @@ disagrees with that layout is refused with the fix.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from ddlkit import contract
 from ddlkit._tables import html_table
-from ddlkit.cluster import ClusterSpec, Host, Task
+from ddlkit.cluster import ClusterSpec, Host
 from ddlkit.environments.base import Environment
 from ddlkit.errors import ConfigError
 
@@ -283,21 +279,3 @@ class Slurm(Environment):
             chief="chief" in roles,
             base_port=self.port_base,
         )
-
-    def task(self) -> Task:
-        """This task's place in :meth:`cluster` (roles in order: chief, ps, worker)."""
-        return self.cluster().tasks[self.step.procid]
-
-    def tf_config(self) -> dict:
-        return self.cluster().tf_config(self.task())
-
-    def worker_name(self) -> str:
-        return self.task().name
-
-    def task_env(self, run_dir: str | os.PathLike) -> dict[str, str]:
-        """The worker contract's variables for this task: TF_CONFIG, its name, the run dir."""
-        return {
-            contract.TF_CONFIG_VAR: json.dumps(self.tf_config(), sort_keys=True),
-            contract.WORKER_VAR: self.worker_name(),
-            contract.RUN_DIR_VAR: str(Path(run_dir).absolute()),
-        }

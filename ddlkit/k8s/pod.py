@@ -8,20 +8,18 @@ itself with ``python SCRIPT ARGS`` (``os.execv``: no shell, the arguments verbat
 
 With ``--ps K`` the ps and worker servers never end by themselves: the wrapper runs them as
 its children and ends them once the chief's result is in the run directory on the shared
-checkpoint volume (:func:`ddlkit.slurm.serve_until_chief_reports`).
+checkpoint volume (:func:`ddlkit.environments.scheduled.serve_until_chief_reports`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ddlkit.contract import RUN_DIR_VAR, TF_CONFIG_VAR, WORKER_VAR, result_path, task_name
+from ddlkit.contract import RUN_DIR_VAR
 from ddlkit.environments.kubernetes import TF_PORT, Kubernetes
-
-CHIEF = task_name("chief", 0)
+from ddlkit.environments.scheduled import exec_task
 
 
 def default_run_dir(job: str) -> Path:
@@ -54,16 +52,4 @@ def worker_env(
 
 def run(argv_list: list[str], env: Mapping[str, str], ps: int) -> int:
     """Show who this pod is, then exec the script (or serve until the chief reports)."""
-    name = env[WORKER_VAR]
-    print(
-        f"ddlkit.k8s: {name} TF_CONFIG={env[TF_CONFIG_VAR]} run_dir={env[RUN_DIR_VAR]}",
-        file=sys.stderr,
-        flush=True,
-    )
-    os.environ.update(env)
-    if ps and name != CHIEF:
-        from ddlkit.slurm import serve_until_chief_reports
-
-        return serve_until_chief_reports(argv_list, result_path(env[RUN_DIR_VAR], CHIEF), name)
-    os.execv(argv_list[0], argv_list)
-    return 0  # not reached
+    return exec_task("ddlkit.k8s", argv_list, env, ps)
