@@ -38,6 +38,7 @@ _SUBMODULES = {
     "results",
     "settings",
     "slurm",
+    "spark",
     "strategies",
 }
 
