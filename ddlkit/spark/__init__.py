@@ -12,6 +12,7 @@ kit's scripts as Spark tasks (``dk.launch.start(..., engine="spark", master=URL)
 
 from __future__ import annotations
 
+from ddlkit.spark import data
 from ddlkit.spark.cluster import LocalCluster, find_java, local_cluster, spark_home
 
-__all__ = ["LocalCluster", "find_java", "local_cluster", "spark_home"]
+__all__ = ["LocalCluster", "data", "find_java", "local_cluster", "spark_home"]
