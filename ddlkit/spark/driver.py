@@ -58,7 +58,9 @@ def failure_report(error: BaseException, run_dir: str, names: Sequence[str]) -> 
         return f"Spark job failed: {found.group(1).strip()}"
     stage = _STAGE.search(text)
     reason = stage.group(1) if stage else text.strip().splitlines()[0][:500]
-    return f"Spark job failed: {reason}\n{log_tails(run_dir, names)}"
+    # the tails first, Spark's reason last: the launcher's error shows the log's last lines
+    tails = log_tails(run_dir, names, n=6)
+    return "\n".join(part for part in (tails, f"Spark job failed: {reason}") if part)
 
 
 def run(args: argparse.Namespace) -> int:

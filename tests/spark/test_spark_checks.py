@@ -11,6 +11,7 @@ from ddlkit.cluster.ports import _pick_ports
 from ddlkit.errors import ConfigError
 from ddlkit.launch import run as run_mod
 from ddlkit.spark.cluster import find_java
+from ddlkit.spark.driver import failure_report, session_conf
 from ddlkit.spark.procs import descendants
 from ddlkit.spark.submit import master_slots
 
@@ -90,3 +91,29 @@ def test_slots_of_master_forms():
     assert master_slots("local") == 1 and master_slots("local[3]") == 3
     assert master_slots("local[*]") == os.cpu_count()
     assert master_slots("yarn") is None and master_slots("k8s://https://api:6443") is None
+
+
+def test_the_drivers_failure_report_names_the_task_and_ends_with_sparks_reason(tmp_path):
+    log = tmp_path / "logs" / "worker-1.log"
+    log.parent.mkdir()
+    log.write_text("step 1\nstep 2\n")
+    spark_error = (
+        "An error occurred\nJob aborted due to stage failure: barrier task ResultTask(0, 1) "
+        "finished unsuccessfully.\n\tat org.apache.spark.Foo"
+    )
+    report = failure_report(RuntimeError(spark_error), str(tmp_path), ["worker-0", "worker-1"])
+    assert report.splitlines()[0].startswith("--- worker-1 (") and "step 2" in report
+    assert report.splitlines()[-1].endswith(
+        "barrier task ResultTask(0, 1) finished unsuccessfully."
+    )
+    task_error = "x\nddlkit.spark.tasks.TaskFailed: worker-1 (Spark task 1) was killed\n\tat org"
+    assert failure_report(RuntimeError(task_error), str(tmp_path), []) == (
+        "Spark job failed: worker-1 (Spark task 1) was killed"
+    )
+
+
+def test_session_settings_fail_fast_and_stay_on_loopback():
+    conf = session_conf("spark://127.0.0.1:7077", 2)
+    assert conf["spark.task.maxFailures"] == "1" and conf["spark.cores.max"] == "2"
+    assert conf["spark.driver.host"] == "127.0.0.1"
+    assert "spark.driver.host" not in session_conf("spark://master.example:7077", 2)
