@@ -32,7 +32,10 @@ def session_conf(master: str, workers: int) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.task.maxFailures": "1",  # a worker that failed is not started again
         "spark.stage.maxConsecutiveAttempts": "1",
-        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
+        # Executors register a few seconds after the application starts: a barrier stage
+        # waits up to 60 s for its slots (the launcher has checked the cluster has them).
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "60",
         "spark.python.worker.reuse": "false",
     }
     if master.startswith("spark://"):
@@ -57,7 +60,9 @@ def failure_report(error: BaseException, run_dir: str, names: Sequence[str]) -> 
     if found:
         return f"Spark job failed: {found.group(1).strip()}"
     stage = _STAGE.search(text)
-    reason = stage.group(1) if stage else text.strip().splitlines()[0][:500]
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith("An error occurred while calling")]
+    reason = stage.group(1) if stage else (said or lines or [repr(error)])[0][:500]
     # the tails first, Spark's reason last: the launcher's error shows the log's last lines
     tails = log_tails(run_dir, names, n=6)
     return "\n".join(part for part in (tails, f"Spark job failed: {reason}") if part)
