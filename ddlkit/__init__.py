@@ -40,6 +40,7 @@ _SUBMODULES = {
     "scale",
     "settings",
     "slurm",
+    "spark",
     "strategies",
 }
 

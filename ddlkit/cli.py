@@ -1,6 +1,8 @@
 """The ``ddlkit`` command: a thin front end over the functions notebooks call.
 
     ddlkit launch --strategy multi_worker -n 2 launch/train_multi_worker.py -- --epochs 1
+    ddlkit launch --engine spark --master spark://127.0.0.1:7077 --strategy horovod -n 2 \
+        launch/train_horovod.py
     ddlkit launch -n 2 -H node1:1,node2:1 --ssh-identity ~/.ssh/id_ed25519 \
         --collector-host auto launch/train_multi_worker.py
     ddlkit runs
@@ -43,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     hosts.add_argument("-H", "--hosts", help="host list in horovodrun syntax, e.g. localhost:2")
     hosts.add_argument("--hostfile", type=Path, help="file of 'host slots=N' lines")
     p.add_argument("--ps", type=int, default=1, help="parameter servers (parameter_server)")
+    p.add_argument(
+        "--engine", choices=("local", "spark"), default="local", help="spark: tasks on --master"
+    )
+    p.add_argument("--master", help="Spark master URL: spark://HOST:PORT, local[N], yarn")
     p.add_argument("--label", default="", help="a word to put in the run id")
     p.add_argument("--no-live", action="store_true", help="no metrics collector")
     p.add_argument("--collector-port", type=int, default=0, help="default: a free port")
@@ -170,6 +176,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         python=args.python,
         cores=args.cores,
         env=dict(args.env),
+        engine=args.engine,
+        master=args.master,
     )
     if run.preflight is not None:
         print(run.preflight)

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
     accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
     examples = args.epochs * steps * global_batch
+    weights = tf.add_n([tf.reduce_sum(tf.cast(w, tf.float64)) for w in model.weights])
     report(
         {
             "test_accuracy": accuracy,
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             "epochs": args.epochs,
             "steps": args.epochs * steps,
             "global_batch": global_batch,
+            "weights_checksum": float(weights.numpy()),  # equal on every worker
         }
     )
     return 0

@@ -29,7 +29,7 @@ from ddlkit.environments import for_worker
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.preflight import Preflight, check_hosts
 from ddlkit.hosts.ssh import SshOptions, write_ssh_shim
-from ddlkit.launch import devices, plan, remote, script_check
+from ddlkit.launch import devices, plan, remote, runs, script_check
 from ddlkit.launch.job import Job, JobResult, WorkerStatus
 from ddlkit.launch.runs import new_run_id
 from ddlkit.metrics import Collector, Record
@@ -54,6 +54,7 @@ class Run:
         self.job = job
         self.collector = collector
         self.preflight = preflight  # what the hosts answered before the job started
+        self.metric_workers: list[str] | None = None  # set: the dashboard's workers (Spark)
         self._dashboard = None
 
     # -- reading --------------------------------------------------------------------------
@@ -72,6 +73,8 @@ class Run:
         return self.job.status_table()
 
     def tail(self, worker: str, n: int = 20) -> str:
+        if worker not in self.job.spec.names:  # a worker a scheduler started (Spark)
+            return runs.tail(contract.log_path(self.run_dir, worker), n)
         return self.job.tail(worker, n)
 
     def records(self, worker: str | None = None) -> list[Record]:
@@ -100,7 +103,9 @@ class Run:
             from ddlkit.metrics import Dashboard
 
             title = title or f"{self.config.strategy} x{self.config.workers}: {self.run_id}"
-            workers = self.config.strategy_impl.dashboard_workers(self.job.spec.names)
+            workers = self.metric_workers or self.config.strategy_impl.dashboard_workers(
+                self.job.spec.names
+            )
             if workers is not None:  # fixed colours, task order
                 kwargs.setdefault("workers", workers)
             self._dashboard = Dashboard(title, run_dir=self.run_dir, **kwargs)
@@ -181,6 +186,8 @@ def start(
     hostfile: str | Path | None = None,
     cores: Sequence[int] | None = None,
     env: Mapping[str, str] | None = None,
+    engine: str = "local",
+    master: str | None = None,
 ) -> Run:
     """Start `script` under `strategy` with `workers` workers; returns at once.
 
@@ -204,7 +211,12 @@ def start(
     are left alone::
 
         run = dk.launch.start(script, workers=2, cores=(2, 3), env={"MY_FLAG": "1"})
+
+    ``engine="spark"`` with ``master`` (``spark://HOST:PORT``, ``local[N]``, ``yarn``):
+    the workers run as Spark tasks (multi_worker: a barrier stage; horovod:
+    ``horovod.spark.run``); the run's one process is the driver (:mod:`ddlkit.spark`).
     """
+    _check_engine(engine, master)
     config = plan.LaunchConfig(
         script=Path(script),
         strategy=strategy,
@@ -224,6 +236,10 @@ def start(
         **({"python": python} if python is not None else {}),
     )
     script_check.check(config.script, strategy)  # parses, and fits the strategy? else ConfigError
+    if engine == "spark":
+        from ddlkit.spark.submit import start as spark_start
+
+        return spark_start(config, master, live, runs_dir, collector_host, collector_port, token)
     if config.cores is not None:
         devices.check_cores(config.cores, devices.local_cores())
     bind, advertise = _collector_address(config, collector_host) if live else (None, None)
@@ -263,6 +279,19 @@ def start(
             collector.close()
         raise
     return Run(config, cluster, job, collector, checked)
+
+
+def _check_engine(engine: str, master: str | None) -> None:
+    if engine not in ("local", "spark"):
+        raise ConfigError(
+            f"engine={engine!r} is not one ddlkit knows. Fix: use 'local' (processes started "
+            f"here or over SSH) or 'spark' (with master=URL)."
+        )
+    if engine == "local" and master is not None:
+        raise ConfigError(
+            f"master={master!r} was given with engine='local'. Fix: pass engine='spark' "
+            f"(--engine spark) to run on that Spark master, or drop master."
+        )
 
 
 def _used_hosts(config: plan.LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:

@@ -1,0 +1,147 @@
+"""The Spark driver of one run: ``python -m ddlkit.spark driver ... -- SCRIPT ARGS``.
+
+The launcher starts it as the run's one process (``spark-driver``), so the Run API
+(status, wait, stop, kill, tail) is the same as for local jobs: stopping it stops its JVM,
+which ends the application, whose executors end their tasks' workers. It connects to the
+master, runs the workers (multi_worker: a barrier stage of N tasks; horovod:
+``horovod.spark.run``, one rank per task), prints one line per worker, and exits 0; on a
+failure it prints what Spark says failed (the task) and the workers' log tails, exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+from ddlkit import backend, contract
+from ddlkit.launch.remote import FORWARDED
+from ddlkit.spark.tasks import TaskPlan, barrier_task, horovod_task, log_tails, report_lines
+
+EXIT_FAILED = 1
+_TASK_FAILED = re.compile(r"TaskFailed: (.*?)(?:\n\s*at |\n\tat |\nDriver stacktrace|\Z)", re.S)
+_STAGE = re.compile(r"(Job aborted due to stage failure: [^\n]*|Could not recover[^\n]*)")
+LOOPBACK_MASTER = re.compile(r"^(local(\[.*\])?|spark://(127\.0\.0\.1|localhost)(:\d+)?)$")
+
+
+def session_conf(master: str, workers: int) -> dict[str, str]:
+    """The SparkSession settings of a run (pure): fail fast, no retries of a worker."""
+    conf = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.task.maxFailures": "1",  # a worker that failed is not started again
+        "spark.stage.maxConsecutiveAttempts": "1",
+        # Executors register a few seconds after the application starts: a barrier stage
+        # waits up to 60 s for its slots (the launcher has checked the cluster has them).
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "60",
+        "spark.python.worker.reuse": "false",
+    }
+    if master.startswith("spark://"):
+        conf["spark.cores.max"] = str(workers)  # leave the other slots to other apps
+    if LOOPBACK_MASTER.match(master):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    return conf
+
+
+def worker_names(strategy: str, workers: int) -> list[str]:
+    if strategy == "horovod":
+        return [contract.rank_name(i) for i in range(workers)]
+    return [contract.task_name("worker", i) for i in range(workers)]
+
+
+def failure_report(error: BaseException, run_dir: str, names: Sequence[str]) -> str:
+    """What failed, from Spark's error: the worker's own report (TaskFailed, with its log
+    tail), else Spark's reason (the lost task) and every worker's log tail."""
+    text = str(error)
+    found = _TASK_FAILED.search(text)
+    if found:
+        return f"Spark job failed: {found.group(1).strip()}"
+    stage = _STAGE.search(text)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith("An error occurred while calling")]
+    reason = stage.group(1) if stage else (said or lines or [repr(error)])[0][:500]
+    # the tails first, Spark's reason last: the launcher's error shows the log's last lines
+    tails = log_tails(run_dir, names, n=6)
+    return "\n".join(part for part in (tails, f"Spark job failed: {reason}") if part)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pyspark.sql import SparkSession
+
+    run_dir = os.environ[contract.RUN_DIR_VAR]
+    forward = {*contract.ENV_VARS, *backend.keras_env(), *FORWARDED, *args.forward}
+    plan = TaskPlan(
+        python=args.python,
+        script=args.script,
+        args=tuple(args.script_args),
+        run_dir=run_dir,
+        env={k: v for k, v in os.environ.items() if k in forward and k != contract.WORKER_VAR},
+        threads=args.threads,
+    )
+    builder = SparkSession.builder.master(args.master).appName(f"ddlkit {args.app_name}")
+    for key, value in session_conf(args.master, args.workers).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    names = worker_names(args.strategy, args.workers)
+    print(
+        f"driver: {args.strategy} x{args.workers} on {args.master} "
+        f"(application {spark.sparkContext.applicationId})",
+        flush=True,
+    )
+    error: BaseException | None = None
+    reports: list[dict] = []
+    try:
+        if args.strategy == "horovod":
+            import horovod.spark
+
+            reports = horovod.spark.run(
+                horovod_task,
+                args=(plan,),
+                num_proc=args.workers,
+                use_gloo=True,
+                start_timeout=args.start_timeout,
+                env=dict(os.environ),
+                verbose=1,
+            )
+        else:
+            rdd = spark.sparkContext.parallelize(range(args.workers), args.workers)
+            import json
+
+            reports = [
+                json.loads(r) for r in rdd.barrier().mapPartitions(barrier_task(plan)).collect()
+            ]
+    except Exception as exc:  # reported below, after Spark has stopped
+        error = exc
+    finally:
+        spark.stop()
+    if error is not None:
+        print(failure_report(error, run_dir, names), file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    print("\n".join(report_lines(reports)), flush=True)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ddlkit.spark driver")
+    p.add_argument("--master", required=True)
+    p.add_argument("--strategy", choices=("multi_worker", "horovod"), required=True)
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--start-timeout", type=int, default=60)
+    p.add_argument("--app-name", default="run")
+    p.add_argument("--forward", action="append", default=[], help="a variable for the workers")
+    p.add_argument("script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.script_args[:1] == ["--"]:
+        args.script_args = args.script_args[1:]
+    return run(args)

@@ -1,0 +1,36 @@
+"""Processes on this machine seen through /proc: who descends from whom (Linux only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # it ended while we looked
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    return children
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """Every living descendant of ``pid`` with its command line, parents first."""
+    children = _children_map()
+    found: list[tuple[int, str]] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append((child, cmdline(child)))
+        todo += children.get(child, [])
+    return found

@@ -1,0 +1,195 @@
+"""A run on Spark from ``dk.launch.start(..., engine="spark", master=URL)``: checked first,
+then one driver process (:mod:`ddlkit.spark.driver`) started as the run's job.
+
+Checked before anything starts (one ConfigError each): Java and pyspark are here; the
+strategy is one Spark runs (multi_worker, horovod); the master URL has a known form and,
+for ``spark://``, answers; the cluster has a free task slot for every worker. A barrier
+stage needs all its tasks at once (gang scheduling), and Spark would otherwise wait for
+slots that never come. Slots are known for ``local[N]`` and for a standalone master whose
+web UI answers (a :func:`ddlkit.spark.local_cluster` one, or one on port 8080); YARN and
+Kubernetes masters are passed on unchecked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+from ddlkit import backend, contract
+from ddlkit.contract import STRATEGY_VAR
+from ddlkit.errors import ConfigError
+from ddlkit.launch.spec import JobSpec, WorkerSpec
+from ddlkit.spark.cluster import find, find_java, free_slots, master_state, spark_home
+
+STRATEGIES = ("multi_worker", "horovod")
+STANDALONE_UI_PORT = 8080  # Spark standalone's default web UI port
+_SPARK = re.compile(r"^spark://([^:/\s]+):(\d+)$")
+_LOCAL = re.compile(r"^local(?:\[(\d+|\*)(?:,\d+)?\])?$")
+FORMS = "spark://HOST:PORT, local[N], yarn or k8s://https://HOST:PORT"
+
+
+def master_slots(master: str, timeout: float = 2.0) -> int | None:
+    """Free task slots at ``master`` (None: not knowable from here); ConfigError when the
+    URL is malformed or a standalone master does not answer."""
+    if not isinstance(master, str) or not master:
+        raise ConfigError(
+            f"master={master!r}: engine='spark' needs a master URL. Fix: pass one of {FORMS}, "
+            f"e.g. dk.spark.local_cluster().master_url."
+        )
+    local = _LOCAL.match(master)
+    if local:
+        n = local.group(1)
+        return 1 if n is None else (os.cpu_count() or 1) if n == "*" else int(n)
+    if master == "yarn" or master.startswith("k8s://"):
+        return None
+    found = _SPARK.match(master)
+    if not found:
+        raise ConfigError(f"master URL {master!r} is not one Spark knows. Fix: use {FORMS}.")
+    host, port = found.group(1), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot reach the Spark master {master} ({exc.strerror or exc}). Fix: start it "
+            f"(dk.spark.local_cluster(), or spark-class org.apache.spark.deploy.master.Master "
+            f"on {host}) or correct the URL."
+        ) from None
+    cluster = find(master)
+    ui = cluster.ui_url if cluster else f"http://{host}:{STANDALONE_UI_PORT}"
+    try:
+        state = master_state(ui, timeout)
+    except (OSError, ValueError):
+        return None  # its web UI is elsewhere: Spark's own barrier check remains
+    if state.get("url") != master:
+        return None
+    return free_slots(state)
+
+
+def check(config, master: str) -> None:
+    """Everything a Spark run needs, before anything starts (see the module docstring)."""
+    if config.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"strategy {config.strategy!r} does not run on Spark. Fix: use one of "
+            f"{', '.join(STRATEGIES)} with engine='spark', or engine='local'."
+        )
+    if config.hosts is not None:
+        raise ConfigError(
+            "hosts were given with engine='spark': Spark places the workers. "
+            "Fix: drop hosts (-H/--hostfile), or use engine='local'."
+        )
+    find_java()
+    spark_home()
+    if config.strategy == "horovod":
+        try:
+            import horovod.spark  # noqa: F401  (needs pyarrow)
+        except ImportError as exc:
+            raise ConfigError(
+                f"horovod.spark cannot be imported ({exc}). Fix: pip install the kit's "
+                f"dependencies (make lab: pyspark, pyarrow) and build Horovod "
+                f"(scripts/build-horovod.sh)."
+            ) from None
+    slots = master_slots(master)
+    if slots is not None and config.workers > slots:
+        raise ConfigError(
+            f"{config.workers} workers need {config.workers} task slots at once (a barrier "
+            f"stage and Horovod's ranks start all together or not at all), but {master} has "
+            f"{slots} free; Spark would wait forever. Fix: ask for {slots} workers or fewer, "
+            f"or give the cluster more slots (dk.spark.local_cluster(workers="
+            f"{config.workers}))."
+        )
+
+
+def driver_spec(config, master: str, run_id: str, run_dir: Path, extra_env: dict) -> JobSpec:
+    """The run's one process: the driver, with the worker contract's shared variables (pure)."""
+    name = contract.SPARK_DRIVER
+    env = {
+        **config.env,
+        **backend.keras_env(config.keras),
+        STRATEGY_VAR: config.strategy,
+        **extra_env,
+        "PYSPARK_PYTHON": config.python,  # the executors' Python: the kit's
+        "PYSPARK_DRIVER_PYTHON": config.python,
+    }
+    forward = [a for k in sorted(config.env) for a in ("--forward", k)]
+    argv = (
+        config.python,
+        "-m",
+        "ddlkit.spark",
+        "driver",
+        "--master",
+        master,
+        "--strategy",
+        config.strategy,
+        "--workers",
+        str(config.workers),
+        "--python",
+        config.python,
+        "--app-name",
+        run_id,
+        *forward,
+        str(config.script),
+        "--",
+        *config.args,
+    )
+    worker = WorkerSpec(
+        name=name,
+        argv=argv,
+        env=env,
+        cwd=contract.work_dir(run_dir, name),
+        log_path=contract.log_path(run_dir, name),
+    )
+    return JobSpec(run_id=run_id, run_dir=run_dir, workers=(worker,))
+
+
+def metric_workers(config) -> list[str] | None:
+    """The workers the dashboard lists from the start (Horovod's ranks name themselves)."""
+    if config.strategy == "horovod":
+        return None
+    return [contract.task_name("worker", i) for i in range(config.workers)]
+
+
+def start(config, master, live, runs_dir, collector_host, collector_port, token):
+    """A Spark run for `ddlkit.launch.start`: checks (nothing started on failure), then the
+    driver as the run's job; returns its `ddlkit.launch.run.Run`."""
+    import secrets
+
+    from ddlkit import settings
+    from ddlkit.environments import for_worker
+    from ddlkit.launch.job import Job
+    from ddlkit.launch.run import Run, _collector_address
+    from ddlkit.launch.runs import new_run_id
+    from ddlkit.metrics import Collector
+    from ddlkit.metrics.protocol import is_loopback
+
+    check(config, master)
+    bind, advertise = _collector_address(config, collector_host) if live else (None, None)
+    if bind is not None and not is_loopback(bind) and token is None:
+        token = secrets.token_hex(16)
+    run_id = new_run_id(config.label or f"spark-{config.strategy}-{config.workers}")
+    run_dir = Path(runs_dir or settings.runs_dir()) / run_id
+    collector = Collector(run_dir, host=bind, port=collector_port, token=token) if bind else None
+    try:
+        extra_env = collector.env(advertise) if collector else {}
+        spec = driver_spec(config, master, run_id, run_dir, extra_env)
+        for worker in spec.workers:
+            for_worker(worker).prepare(worker)
+        job = Job.start(spec, progress_fn=_progress_all(collector) if collector else None)
+    except BaseException:
+        if collector is not None:
+            collector.close()
+        raise
+    run = Run(config, None, job, collector)
+    run.metric_workers = metric_workers(config)
+    return run
+
+
+def _progress_all(collector):
+    """The driver's progress: the slowest step of every reporting worker."""
+
+    def step(worker: str) -> int | None:
+        steps = [collector.latest(w) for w in collector.workers()]
+        return min((r.step for r in steps if r is not None), default=None)
+
+    return step

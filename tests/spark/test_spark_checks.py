@@ -1,0 +1,119 @@
+"""Bad input for a Spark run: one ConfigError each, before anything starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ddlkit.cluster.ports import _pick_ports
+from ddlkit.errors import ConfigError
+from ddlkit.launch import run as run_mod
+from ddlkit.spark.cluster import find_java
+from ddlkit.spark.driver import failure_report, session_conf
+from ddlkit.spark.procs import descendants
+from ddlkit.spark.submit import master_slots
+
+LAUNCH = Path(__file__).resolve().parents[2] / "launch"
+SCRIPT = LAUNCH / "train_multi_worker.py"
+PS_SCRIPT = LAUNCH / "train_parameter_server.py"
+
+
+def _refused(tmp_path, **kwargs) -> str:
+    """Start a run that must be refused; check that nothing started or was written."""
+    before = {pid for pid, _ in descendants(os.getpid())}
+    kwargs = {
+        "script": SCRIPT,
+        "workers": 2,
+        "engine": "spark",
+        "runs_dir": tmp_path / "runs",
+        **kwargs,
+    }
+    with pytest.raises(ConfigError) as refused:
+        run_mod.start(**kwargs)
+    assert not (tmp_path / "runs").exists(), "a refused run wrote a run directory"
+    assert {pid for pid, _ in descendants(os.getpid())} <= before, "a refused run started"
+    message = str(refused.value)
+    assert "Fix:" in message and "\n" not in message, message
+    return message
+
+
+def test_an_unreachable_master_is_named(tmp_path):
+    port = _pick_ports({"127.0.0.1": 1})["127.0.0.1"][0]  # free: nothing listens there
+    message = _refused(tmp_path, master=f"spark://127.0.0.1:{port}")
+    assert f"cannot reach the Spark master spark://127.0.0.1:{port}" in message
+
+
+def test_more_workers_than_local_slots(tmp_path):
+    message = _refused(tmp_path, master="local[1]")
+    assert "2 workers need 2 task slots" in message and "local[1] has 1 free" in message
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("spark")
+def test_more_workers_than_the_clusters_free_slots(spark_cluster, tmp_path):
+    message = _refused(tmp_path, master=spark_cluster.master_url, workers=3)
+    assert f"{spark_cluster.master_url} has 2 free" in message and "wait forever" in message
+
+
+def test_no_java_names_the_package(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="apt-get install -y openjdk-17-jre-headless"):
+        find_java({"PATH": str(tmp_path)})
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without java
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    assert "openjdk-17-jre-headless" in _refused(tmp_path, master="local[2]")
+
+
+def test_a_missing_script(tmp_path):
+    message = _refused(tmp_path, master="local[2]", script=tmp_path / "nope.py")
+    assert "nope.py" in message and "not found" in message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"master": "mesos://x:5050"}, "is not one Spark knows"),
+        ({"master": None}, "needs a master URL"),
+        (
+            {"master": "local[2]", "strategy": "parameter_server", "script": PS_SCRIPT},
+            "does not run on Spark",
+        ),
+        ({"master": "local[2]", "engine": "flink"}, "engine='flink'"),
+        ({"master": "local[2]", "engine": "local"}, "engine='spark'"),
+    ],
+)
+def test_other_bad_input(tmp_path, kwargs, says):
+    assert says in _refused(tmp_path, **kwargs)
+
+
+def test_slots_of_master_forms():
+    assert master_slots("local") == 1 and master_slots("local[3]") == 3
+    assert master_slots("local[*]") == os.cpu_count()
+    assert master_slots("yarn") is None and master_slots("k8s://https://api:6443") is None
+
+
+def test_the_drivers_failure_report_names_the_task_and_ends_with_sparks_reason(tmp_path):
+    log = tmp_path / "logs" / "worker-1.log"
+    log.parent.mkdir()
+    log.write_text("step 1\nstep 2\n")
+    spark_error = (
+        "An error occurred\nJob aborted due to stage failure: barrier task ResultTask(0, 1) "
+        "finished unsuccessfully.\n\tat org.apache.spark.Foo"
+    )
+    report = failure_report(RuntimeError(spark_error), str(tmp_path), ["worker-0", "worker-1"])
+    assert report.splitlines()[0].startswith("--- worker-1 (") and "step 2" in report
+    assert report.splitlines()[-1].endswith(
+        "barrier task ResultTask(0, 1) finished unsuccessfully."
+    )
+    task_error = "x\nddlkit.spark.tasks.TaskFailed: worker-1 (Spark task 1) was killed\n\tat org"
+    assert failure_report(RuntimeError(task_error), str(tmp_path), []) == (
+        "Spark job failed: worker-1 (Spark task 1) was killed"
+    )
+
+
+def test_session_settings_fail_fast_and_stay_on_loopback():
+    conf = session_conf("spark://127.0.0.1:7077", 2)
+    assert conf["spark.task.maxFailures"] == "1" and conf["spark.cores.max"] == "2"
+    assert conf["spark.driver.host"] == "127.0.0.1"
+    assert "spark.driver.host" not in session_conf("spark://master.example:7077", 2)

@@ -1,0 +1,100 @@
+"""The kit's own scripts as Spark tasks on a real 2-worker standalone cluster (no mocks).
+
+MultiWorkerMirroredStrategy as a barrier stage, Horovod through ``horovod.spark.run``:
+each trains a few steps, both workers' records reach the collector, the workers end with
+identical weights; a worker killed mid-run fails the job fast, naming the task.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from harness.procutil import alive, wait_until
+
+from ddlkit.errors import WorkerFailedError
+from ddlkit.launch import run as run_mod
+from ddlkit.spark.procs import descendants
+
+LAUNCH = Path(__file__).resolve().parents[2] / "launch"
+STEPS = ["--epochs", "1", "--steps-per-epoch", "4", "--batch-size", "32"]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
+
+
+def _start(cluster, script, strategy, tmp_path, args=STEPS):
+    return run_mod.start(
+        LAUNCH / script,
+        strategy=strategy,
+        workers=2,
+        args=args,
+        engine="spark",
+        master=cluster.master_url,
+        runs_dir=tmp_path,
+    )
+
+
+def _trained_alike(run, names):
+    result = run.wait(timeout=300)
+    assert result.ok, run.tail("spark-driver", 60)
+    reports = run.results()
+    assert sorted(reports) == names, (reports, run.tail("spark-driver", 40))
+    a, b = (reports[n] for n in names)
+    assert a["weights_checksum"] == b["weights_checksum"], "workers diverged"
+    assert a["replicas"] == b["replicas"] == 2 and a["steps"] == 4
+    for name in names:  # every worker's steps reached this process's collector
+        assert [r.kind for r in run.records(name)].count("step") == 4, name
+        assert (run.run_dir / "logs" / f"{name}.log").is_file()
+    assert run.status()["spark-driver"].state == "finished"
+
+
+def test_mwms_trains_as_a_barrier_stage(spark_cluster, data_env, tmp_path):
+    run = _start(spark_cluster, "train_multi_worker.py", "multi_worker", tmp_path)
+    _trained_alike(run, ["worker-0", "worker-1"])
+    assert "worker-1: finished" in run.tail("spark-driver")
+
+
+def test_horovod_trains_one_rank_per_task(spark_cluster, data_env, tmp_path):
+    run = _start(spark_cluster, "train_horovod.py", "horovod", tmp_path)
+    _trained_alike(run, ["rank-0", "rank-1"])
+
+
+def _worker_pid(cluster, script: str) -> int | None:
+    """The training process a Spark task started (below a Worker daemon)."""
+    for daemon in cluster.procs[1:]:
+        for pid, cmd in descendants(daemon.pid):
+            if script in cmd and "ddlkit.spark" not in cmd and "worker-1" in _env(pid):
+                return pid
+    return None
+
+
+def _env(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_killed_task_fails_the_job_fast_naming_it(spark_cluster, data_env, tmp_path):
+    args = ["--epochs", "1", "--steps-per-epoch", "100000", "--batch-size", "32"]
+    run = _start(spark_cluster, "train_multi_worker.py", "multi_worker", tmp_path, args)
+    assert wait_until(lambda: run.records("worker-1"), 240, step=0.2), run.tail("spark-driver")
+    pid = _worker_pid(spark_cluster, "train_multi_worker.py")
+    assert pid is not None
+    before = [p for d in spark_cluster.procs[1:] for p, _ in descendants(d.pid)]
+    killed = time.monotonic()
+    import os
+
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as failed:
+        run.wait(timeout=60)
+    assert time.monotonic() - killed < 10, "the job took too long to fail"
+    text = str(failed.value)
+    assert "worker-1" in text and "Spark task 1" in text and "SIGKILL" in text, text
+    assert "ends:" in text, text  # the worker's log tail
+    # Every process the job made is gone: its workers, their Python tasks, the driver.
+    driver = run.job._procs["spark-driver"].pid
+    assert wait_until(lambda: not any(alive(p) for p in before if p != pid), 15)
+    assert not alive(driver)
+    assert spark_cluster.running  # the cluster itself serves the next job
