@@ -13,12 +13,8 @@ of :mod:`ddlkit.contract`. The pure part is :class:`Spark` from plain data; the 
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from ddlkit import contract
 from ddlkit._tables import html_table
 from ddlkit.cluster import ClusterSpec, Task
 from ddlkit.environments.base import Environment
@@ -70,20 +66,6 @@ class Spark(Environment):
             host, _, port = address.rpartition(":")
             tasks.append(Task("worker", i, host, int(port)))
         return ClusterSpec(tuple(tasks))
-
-    def worker_name(self) -> str:
-        return contract.task_name("worker", self.rank)
-
-    def tf_config(self) -> dict:
-        return self.cluster().tf_config(contract.task_name("worker", self.rank))
-
-    def task_env(self, run_dir: str | os.PathLike) -> dict[str, str]:
-        """The worker contract's variables for this task: TF_CONFIG, its name, the run dir."""
-        return {
-            contract.TF_CONFIG_VAR: json.dumps(self.tf_config(), sort_keys=True),
-            contract.WORKER_VAR: self.worker_name(),
-            contract.RUN_DIR_VAR: str(Path(run_dir).absolute()),
-        }
 
     def _repr_html_(self) -> str:
         rows = [(i, a, "this task" if i == self.rank else "") for i, a in enumerate(self.addresses)]
