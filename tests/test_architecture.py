@@ -46,3 +46,13 @@ def test_long_modules_hold_one_concern_and_say_so():
         f"docstring."
     )
     assert set(TO_SPLIT) <= {name for name, _ in modules()}, "TO_SPLIT names a missing module"
+
+
+def test_test_files_have_unique_names():
+    """tests/ folders are not packages, so pytest imports each test file by its base name:
+    two files of one name break collection ("import file mismatch")."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, f"test files share a name: {clashes}. Fix: rename one, e.g. test_<area>_x.py"
