@@ -55,4 +55,4 @@ def test_test_files_have_unique_names():
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
-    assert not clashes, f"test files share a name: {clashes}. Fix: rename one, e.g. test_<area>_x.py"
+    assert not clashes, f"test files share a name: {clashes}. Fix: rename one (test_<area>_x.py)"
