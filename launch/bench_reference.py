@@ -21,10 +21,12 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras, as the kit's scri
 os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "false"  # TF's default, which _common changes
 
 # isort: split
-import tensorflow as tf
 from _common import parse_args, report
 
-from ddlkit import data, metrics
+from ddlkit import data, metrics  # loading MNIST offline, measuring, reporting
+
+# isort: split
+import tensorflow as tf
 
 
 def main(argv: list[str] | None = None) -> int:
