@@ -265,13 +265,20 @@ def compile_classifier(
     optimizer: Any = "adam",
     *,
     legacy: bool = False,
+    steps_per_execution: int = 1,
 ):
     """Compile a logits model for integer labels; returns the model.
 
     ``optimizer`` is a name for :func:`make_optimizer` (``learning_rate``
     defaults to 1e-3) or an optimizer object (then give no ``learning_rate``:
-    it is set on the object). Metric: ``"accuracy"``.
+    it is set on the object). Metric: ``"accuracy"``. ``steps_per_execution``
+    goes to Keras' ``compile``: that many steps per call into TensorFlow.
     """
+    if type(steps_per_execution) is not int or steps_per_execution < 1:
+        raise ConfigError(
+            f"steps_per_execution={steps_per_execution!r} must be an int >= 1. Fix: pass e.g. "
+            f"16 (1 runs one step per call into TensorFlow)."
+        )
     k = keras()
     if isinstance(optimizer, str):
         opt = make_optimizer(
@@ -289,6 +296,7 @@ def compile_classifier(
         optimizer=opt,
         loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
     )
     if hasattr(model, "distribute_reduction_method"):
         # tf-keras' default ("auto" = "sum" off TPU) adds up the per-batch loss and metrics

@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = models.make_optimizer("adam", args.lr * ranks)  # [dist] lr scales with batch
     compression = hvd_keras.Compression.fp16 if args.fp16 else hvd_keras.Compression.none  # [dist]
     optimizer = hvd_keras.DistributedOptimizer(optimizer, compression=compression)  # [dist]
-    models.compile_classifier(model, optimizer=optimizer)
+    # --steps-per-execution: steps per call into TensorFlow, see _common.STEPS_PER_EXECUTION
+    models.compile_classifier(
+        model, optimizer=optimizer, steps_per_execution=args.steps_per_execution
+    )
     callbacks = [
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),  # [dist] rank 0's weights
     ]

@@ -50,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.for_dataset(args.dataset, seed=args.seed)
-        models.compile_classifier(model, args.lr * n)  # [dist] lr scales with the global batch
+        models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
+            model,
+            args.lr * n,  # [dist] lr scales with the global batch
+            steps_per_execution=args.steps_per_execution,
+        )
     reporter = metrics.KerasReporter(batch_size=global_batch)  # [dist] global batch
     evals = held_out_evals(reporter, args, x_test, y_test, global_batch)  # --eval-every
     start = time.perf_counter()

@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     train = pipeline.make_dataset(x_train, y_train, batch_size=args.batch_size, repeat=True)
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
     model = models.for_dataset(args.dataset, seed=args.seed)
-    models.compile_classifier(model, args.lr)
+    # --steps-per-execution: steps per call into TensorFlow, see _common.STEPS_PER_EXECUTION
+    models.compile_classifier(model, args.lr, steps_per_execution=args.steps_per_execution)
     reporter = metrics.KerasReporter(batch_size=args.batch_size)
     evals = held_out_evals(reporter, args, x_test, y_test, args.batch_size)  # --eval-every
     start = time.perf_counter()

@@ -44,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.for_dataset(args.dataset, seed=args.seed)
-        models.compile_classifier(model, args.lr * replicas)  # [dist] lr scales with batch
+        models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
+            model,
+            args.lr * replicas,  # [dist] lr scales with batch
+            steps_per_execution=args.steps_per_execution,
+        )
     reporter = metrics.KerasReporter(batch_size=global_batch // workers)
     callbacks = [reporter]
     if is_first:  # [dist] worker-0 evaluates

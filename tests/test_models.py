@@ -131,6 +131,14 @@ def test_compile_classifier_uses_logits_loss_and_accuracy():
     assert loss > 0 and 0 <= accuracy <= 1
 
 
+def test_steps_per_execution_reaches_keras_and_bad_values_name_the_fix():
+    model = models.compile_classifier(models.mnist_cnn(), steps_per_execution=8)
+    assert int(model._steps_per_execution.numpy()) == 8
+    for bad in (0, 2.0, True):
+        with pytest.raises(ConfigError, match=f"steps_per_execution={bad!r} must be an int >= 1"):
+            models.compile_classifier(models.mnist_cnn(), steps_per_execution=bad)
+
+
 def test_legacy_optimizer_for_parameter_servers_and_horovod():
     opt = models.make_optimizer("adam", 0.002, legacy=True)
     assert isinstance(opt, keras().optimizers.legacy.Adam)

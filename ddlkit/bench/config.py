@@ -19,6 +19,7 @@ from ddlkit._tables import html_table
 from ddlkit.errors import ConfigError
 
 BENCH_STRATEGIES = (
+    "reference",
     "single",
     "independent",
     "mirrored",
@@ -28,6 +29,7 @@ BENCH_STRATEGIES = (
 )
 # The worker script of launch/ for each strategy, and the launcher strategy that runs it.
 SCRIPTS = {
+    "reference": "bench_reference.py",  # the bare tf-keras loop a learner writes: the yardstick
     "single": "train_single.py",
     "independent": "train_single.py",  # N processes, no communication: the ceiling
     "mirrored": "train_mirrored.py",
@@ -37,7 +39,7 @@ SCRIPTS = {
 }
 # single: one process, no strategy, launched like mirrored; independent: one process per
 # worker, each pinned to its own core (the script ignores the TF_CONFIG it is given).
-LAUNCH_STRATEGY = {"single": "mirrored", "independent": "multi_worker"}
+LAUNCH_STRATEGY = {"reference": "mirrored", "single": "mirrored", "independent": "multi_worker"}
 DATASETS = ("mnist", "fashion_mnist", "cifar10")
 QUICK = {"steps": 50, "repeats": 2, "eval_every": 25}
 FULL = {"steps": 200, "repeats": 3, "eval_every": 25}
@@ -95,9 +97,15 @@ class BenchCase:
                 f"independent runs have 2 or more workers (x1 is single-x1), not "
                 f"{self.workers}. Fix: workers=2."
             )
-        if self.strategy == "single" and self.workers != 1:
+        if self.strategy in ("single", "reference") and self.workers != 1:
             raise ConfigError(
-                f"single-device runs have one worker, not {self.workers}. Fix: workers=1."
+                f"{self.strategy} runs have one worker, not {self.workers}. Fix: workers=1."
+            )
+        if self.strategy == "reference" and (self.model != "mnist" or self.eval_every):
+            raise ConfigError(
+                f"the reference is the bare MNIST CNN loop without held-out evaluations, not "
+                f"model={self.model!r} with eval_every={self.eval_every}. Fix: model='mnist', "
+                f"eval_every=0."
             )
 
     @property
@@ -115,6 +123,8 @@ class BenchCase:
         """The worker script's arguments: a fixed number of steps in one epoch."""
         args = ["--dataset", self.model, "--epochs", "1", "--steps-per-epoch", str(self.steps)]
         args += ["--batch-size", str(self.batch)]
+        if self.strategy == "reference":
+            return args  # the bare loop has no kit flags
         args += ["--eval-every", str(self.eval_every)]
         if self.eval_every:
             args += ["--eval-examples", str(self.eval_examples)]
@@ -184,12 +194,15 @@ def plan_cases(
             continue
         skip = NO_HOROVOD if strategy == "horovod" and not horovod_available else ""
         counts = worker_counts(cores)
-        if strategy == "single":
+        if strategy == "reference" and model != "mnist":
+            continue  # the bare loop is the MNIST CNN's
+        if strategy in ("single", "reference"):
             counts = [1]
         elif strategy == "independent":
             counts = counts[1:]  # its x1 is single-x1
+        every = 0 if strategy == "reference" else eval_every  # the bare loop evaluates at the end
         for n in counts:
-            cases.append(BenchCase(strategy, n, steps, batch, repeats, model, skip, eval_every))
+            cases.append(BenchCase(strategy, n, steps, batch, repeats, model, skip, every))
     return cases
 
 

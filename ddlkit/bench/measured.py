@@ -22,7 +22,15 @@ from typing import Any
 from ddlkit.bench.config import BenchCase
 from ddlkit.bench.overhead import Overhead
 from ddlkit.bench.schema import SCHEMA_VERSION, BenchFile, CaseRecord, Machine, write_atomic
-from ddlkit.bench.stats import RunMeasure, Scaling, Spread, communication, scaling, summarize
+from ddlkit.bench.stats import (
+    RunMeasure,
+    Scaling,
+    Spread,
+    communication,
+    scaling,
+    stability,
+    summarize,
+)
 
 
 @dataclass
@@ -42,11 +50,19 @@ class CaseResult:
         return summarize([getattr(r, attr) for r in self.runs]) if self.runs else None
 
     def to_record(
-        self, scale: Scaling | None, single: float | None = None, single_step: float | None = None
+        self,
+        scale: Scaling | None,
+        single: float | None = None,
+        single_step: float | None = None,
+        *,
+        reference: float | None = None,
+        ceiling: float | None = None,
     ) -> CaseRecord:
         """This case as bench.json holds it; `scale` and `single`/`single_step` (single-x1's
-        throughput and step time) give the numbers measured against other cases."""
+        throughput and step time), `reference` (reference-x1's throughput) and `ceiling`
+        (independent-xN's, N this case's workers) give the numbers against other cases."""
         c = self.case
+        repeat_ratio, unstable = stability([r.examples_per_sec for r in self.runs])
         rate, step = self.spread("examples_per_sec"), self.spread("step_time")
         foreign = [r.foreign_cpu for r in self.runs if r.foreign_cpu is not None]
         p = self.profile
@@ -81,6 +97,10 @@ class CaseResult:
             efficiency=scale.efficiency if scale else None,
             # against one device without a strategy: what distribution buys overall
             vs_single=rate.median / single if rate and single else None,
+            vs_reference=rate.median / reference if rate and reference else None,
+            vs_ceiling=rate.median / ceiling if rate and ceiling and c.workers > 1 else None,
+            repeat_ratio=repeat_ratio,
+            unstable=unstable,
             **self._target(),
         )
 
@@ -145,12 +165,24 @@ class BenchResult:
         base = [r for r in self.cases if r.case.strategy == "single" and r.ok]
         single = base[0].spread("examples_per_sec").median if base else None
         single_step = base[0].spread("step_time").median if base else None
+        rates = {
+            (r.case.strategy, r.case.workers): r.spread("examples_per_sec").median
+            for r in self.cases
+            if r.ok
+        }
+        reference = rates.get(("reference", 1))
         return BenchFile(
             bench_id=self.bench_id,
             created=self.started,
             machine=Machine.of(self.cores, self.cores_per_worker, self.machine),
             cases=tuple(
-                r.to_record(scale.get((r.case.strategy, r.case.workers)), single, single_step)
+                r.to_record(
+                    scale.get((r.case.strategy, r.case.workers)),
+                    single,
+                    single_step,
+                    reference=reference,
+                    ceiling=rates.get(("independent", r.case.workers)),
+                )
                 for r in self.cases
             ),
             quick=self.quick,

@@ -54,6 +54,9 @@ class CaseSummary:
     speedup: float | None = None  # throughput / the same strategy's x1 throughput
     efficiency: float | None = None  # speedup / workers
     vs_single: float | None = None  # throughput / single-x1 throughput
+    vs_reference: float | None = None  # throughput / reference-x1 (the bare tf-keras loop)
+    vs_ceiling: float | None = None  # xN: throughput / independent-xN (no communication)
+    unstable: str = ""  # repeats that disagree (max/min > 1.10): how they split
     comm_share: float | None = None  # fraction of a step spent communicating
     comm_ms: float | None = None  # milliseconds of a step spent communicating
     comm_how: str = ""  # measured how, estimated how, or why not measured
@@ -129,6 +132,8 @@ HEADERS = (
     "test acc",
     "others' CPU",
     "status",
+    "vs ceiling",
+    "vs reference",
 )
 
 
@@ -230,7 +235,7 @@ class BenchResults:
                 (
                     c.name,
                     _fmt(rate and rate.median, ",.0f"),
-                    rate and f"{rate.min:,.0f}-{rate.max:,.0f} ({rate.n})",
+                    rate and ref(f"{rate.min:,.0f}-{rate.max:,.0f} ({rate.n})", c.unstable),
                     _fmt(step and step.median * 1000, ".1f"),
                     _fmt(c.efficiency, ".0%") if c.workers > 1 else None,
                     _fmt(c.vs_single, ".2f"),
@@ -239,6 +244,8 @@ class BenchResults:
                     _fmt(acc and acc.median, ".3f"),
                     _fmt(c.foreign_cpu and c.foreign_cpu.median, ".0%"),
                     status,
+                    _fmt(c.vs_ceiling, ".2f"),
+                    _fmt(c.vs_reference, ".2f"),
                 )
             )
         return out, [f"[{i}] {text}" for i, text in enumerate(notes, start=1)]
@@ -291,7 +298,7 @@ class BenchResults:
         single = self.single
         for c in self.cases:
             if c.workers == 1 and c.strategy != "single":
-                continue
+                continue  # x1 cases: in the table (vs single-x1)
             if not c.ok:
                 lines.append(f"{c.name}: {c.status}")
                 continue
@@ -300,6 +307,12 @@ class BenchResults:
                 parts.append(f"{c.speedup:.2f}x its own x1 ({c.efficiency:.0%} efficiency)")
             if single is not None and c is not single:
                 parts.append(f"{c.vs_single:.2f}x one device")
+            if c.vs_ceiling is not None:
+                parts.append(f"{c.vs_ceiling:.2f} of the independent-x{c.workers} ceiling")
+            if c.strategy == "single" and c.vs_reference is not None:
+                parts.append(f"{c.vs_reference:.2f}x the bare tf-keras loop")
+            if c.unstable:
+                parts.append(c.unstable)
             if c.workers > 1:
                 parts.append(f"communication {c.comm_text()}")
             lines.append(f"{c.name}: " + ", ".join(parts))
@@ -385,6 +398,7 @@ def summary(rec: CaseRecord) -> CaseSummary:
         target_reached=rec.target_reached,
         target_note=rec.target_note or "",
         foreign_cpu=rec.foreign_cpu,
+        unstable=rec.unstable or "",
         eval_every=rec.eval_every,
         run_ids=tuple(r.run_id for r in rec.runs),
     )
@@ -415,16 +429,20 @@ def with_scaling(cases: Sequence[CaseSummary]) -> tuple[CaseSummary, ...]:
     rates = {(c.strategy, c.workers): c.throughput.median for c in cases if c.ok}
     scale = scaling(rates)
     single = rates.get(("single", 1))
+    reference = rates.get(("reference", 1))
     out = []
     for c in cases:
         s = scale.get((c.strategy, c.workers)) if c.ok else None
         vs = c.throughput.median / single if c.ok and single else None
+        ceiling = rates.get(("independent", c.workers)) if c.workers > 1 else None
         out.append(
             replace(
                 c,
                 speedup=s.speedup if s else None,
                 efficiency=s.efficiency if s else None,
                 vs_single=vs,
+                vs_reference=c.throughput.median / reference if c.ok and reference else None,
+                vs_ceiling=c.throughput.median / ceiling if c.ok and ceiling else None,
             )
         )
     return tuple(out)

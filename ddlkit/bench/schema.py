@@ -11,16 +11,16 @@ Every class checks itself when built (a wrong value raises :class:`SchemaError`,
 target, communication and machine details) still read: what they lack stays ``None``.
 One concern: the bench.json schema, in one module; its length is the schema's.
 
-bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absent)::
+bench.json (``SCHEMA_VERSION`` 3; every number is a plain float, None when absent)::
 
-    schema: 2, benchmark: "strategies", bench_id: str, created: float (unix time),
+    schema: 3, benchmark: "strategies", bench_id: str, created: float (unix time),
     created_utc: str (ISO 8601), quick: bool, wall_seconds: float,
     command: str (how the benchmark was started), target_accuracy: float,
     machine: {cores: [int], cores_per_worker: int, cpu_model: str, python: str,
               tensorflow: str | None, horovod: str | None,
               load_start: [1, 5, 15 min load averages], load_end: [...]},
     cases: [ {
-        name: "multi_worker-x2", strategy: str (single, independent, mirrored,
+        name: "multi_worker-x2", strategy: str (reference, single, independent, mirrored,
         multi_worker, parameter_server, horovod; independent-xN: N single-device
         processes that never communicate, the machine's scaling ceiling), workers: int,
         steps: int,
@@ -39,6 +39,12 @@ bench.json (``SCHEMA_VERSION`` 2; every number is a plain float, None when absen
         speedup: float | None (throughput / the same strategy's x1; independent: single-x1),
         efficiency: float | None (speedup / workers),
         vs_single: float | None (throughput / single-x1's),
+        vs_reference: float | None (throughput / reference-x1's: the bare tf-keras
+            loop, run by the same benchmark on the same cores; schema 3),
+        vs_ceiling: float | None (xN: throughput / independent-xN's; schema 3),
+        repeat_ratio: float | None (max/min of the runs' examples_per_sec; schema 3),
+        unstable: str | None (repeats that disagree, max/min > 1.10: how they split,
+            "bimodal: ..." for two speeds; never averaged silently; schema 3),
         comm: {share: float | None (0..1 of a step), ms_per_step: float | None,
                how: str (measured how, estimated how, or why not measured)},
         profile_run: a run as in runs | None (Horovod x2+: the extra run with the timeline
@@ -63,8 +69,8 @@ from typing import Any
 
 from ddlkit.errors import ConfigError
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 RUN_FIX = (
     "Fix: run `ddlkit bench --quick` (or `ddlkit bench`) and pass its "
     "runs/<bench-id> directory or the bench.json in it."
@@ -239,20 +245,36 @@ class CaseRecord:
     speedup: float | None = None
     efficiency: float | None = None
     vs_single: float | None = None
+    vs_reference: float | None = None
+    vs_ceiling: float | None = None
+    repeat_ratio: float | None = None
+    unstable: str | None = None
 
     SPREADS = ("examples_per_sec", "step_time", "test_accuracy", "foreign_cpu", "seconds_to_target")
     REQUIRED = ("name", "strategy", "workers", "examples_per_sec", "step_time")
+    # schema 3's fields: left out of the JSON while None, so older files read and write
+    # back unchanged
+    OPTIONAL = ("vs_reference", "vs_ceiling", "repeat_ratio", "unstable")
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise SchemaError(f"case {self.name!r} has workers={self.workers}")
-        for name in ("speedup", "efficiency", "vs_single"):
+        for name in (
+            "speedup",
+            "efficiency",
+            "vs_single",
+            "vs_reference",
+            "vs_ceiling",
+            "repeat_ratio",
+        ):
             _number(getattr(self, name), f"case {self.name!r} {name}", optional=True)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None and f.name in self.OPTIONAL:
+                continue
             if f.name == "runs":
                 value = [r.to_json() for r in value]
             elif value is not None and hasattr(value, "to_json"):
@@ -297,6 +319,10 @@ class CaseRecord:
                 speedup=_opt(raw.get("speedup")),
                 efficiency=_opt(raw.get("efficiency")),
                 vs_single=_opt(raw.get("vs_single")),
+                vs_reference=_opt(raw.get("vs_reference")),
+                vs_ceiling=_opt(raw.get("vs_ceiling")),
+                repeat_ratio=_opt(raw.get("repeat_ratio")),
+                unstable=_opt(raw.get("unstable") or None, str),
                 **spreads,
             )
         except SchemaError as exc:

@@ -35,9 +35,21 @@ def warmup_steps(steps: int) -> int:
 
 
 def steady(records: Iterable, warmup: int, leave_out: Collection[int] = ()) -> list:
-    """The step records after `warmup` steps (a record covering steps up to N has step N),
-    without the steps in `leave_out` (see :func:`eval_waits`)."""
-    return [r for r in records if r.kind == "step" and r.step > warmup and r.step not in leave_out]
+    """The step records whose steps all come after `warmup` steps, without those whose
+    steps include one in `leave_out` (see :func:`eval_waits`).
+
+    A record covers the steps since its worker's previous step record: one step each
+    with ``steps_per_execution=1``, k with k (the first record then holds the tracing).
+    """
+    kept, last = [], {}
+    for r in records:
+        if r.kind != "step":
+            continue
+        first = last.get(r.worker, 0) + 1  # the first step this record covers
+        last[r.worker] = r.step
+        if first > warmup and not any(first <= s <= r.step for s in leave_out):
+            kept.append(r)
+    return kept
 
 
 def time_to_target(points: Sequence[EvalPoint], target: float) -> float | None:
@@ -88,6 +100,33 @@ def measure(
         foreign_cpu=foreign_cpu,
         comm_ms_per_step=comm_ms_per_step,
     )
+
+
+STABLE = 1.10  # the largest max/min of a case's repeats that counts as agreeing
+MODES = 1.5  # a gap this large between sorted repeats: two speeds, not noise
+
+
+def stability(rates: Sequence[float]) -> tuple[float | None, str | None]:
+    """``(max/min, note)`` of a case's repeated throughputs (pure): note is None when the
+    repeats agree (max/min <= STABLE), else says how they split, so a reader never takes
+    a median over two speeds for one (e.g. the exact halving some process starts showed)."""
+    values = sorted(v for v in rates if v > 0)
+    if len(values) < 2:
+        return None, None
+    ratio = values[-1] / values[0]
+    if ratio <= STABLE:
+        return ratio, None
+    gaps = [values[i + 1] / values[i] for i in range(len(values) - 1)]
+    cut = max(range(len(gaps)), key=gaps.__getitem__)
+    if gaps[cut] >= MODES:
+        slow, fast = values[: cut + 1], values[cut + 1 :]
+        return ratio, (
+            f"bimodal: {len(slow)} of {len(values)} runs at {statistics.median(slow):,.0f} "
+            f"examples/s, {len(fast)} at {statistics.median(fast):,.0f} "
+            f"({statistics.median(fast) / statistics.median(slow):.2f}x); the median "
+            f"is not one speed"
+        )
+    return ratio, f"unstable: max/min of the runs {ratio:.2f} > {STABLE:.2f}"
 
 
 BASE = {"independent": "single"}  # the x1 a strategy's scaling is measured against
@@ -146,7 +185,7 @@ def communication(
     """Communication share of a case's step (pure): measured for Horovod (its timeline, in
     a profiled run whose step time is `profiled_step_time`), estimated for the all-reduce
     strategies against single-x1, not measured for PS."""
-    if strategy == "single":
+    if strategy in ("single", "reference"):
         return Communication(None, None, NO_COMM)
     if strategy == "independent":
         return Communication(None, None, INDEPENDENT_COMM)

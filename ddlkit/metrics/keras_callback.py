@@ -15,7 +15,9 @@ What a ``KerasReporter`` reports, through a :class:`~ddlkit.metrics.Reporter`
 - event ``train_begin`` (``epochs``, ``steps`` per epoch, ``batch_size``, ``every``,
   ``initial_step``: steps done by earlier ``fit`` calls with this callback, since
   ``step`` keeps counting across them);
-- a step record every ``every`` training steps: Keras' loss and accuracy logs
+- a step record every ``every`` training steps (with ``compile(steps_per_execution=k)``
+  Keras calls back once per execution: a record then covers ``steps`` = k steps and
+  ``step`` is the number of the last of them): Keras' loss and accuracy logs
   (running means over the epoch), ``step_time`` (wall time per step since the
   previous step record, data loading included) and ``examples_per_sec``
   (``batch_size / step_time``);
@@ -166,9 +168,13 @@ class _ReporterMixin:
         if not self.every:  # other callbacks made Keras call batch hooks anyway
             return
         now = time.perf_counter()
-        self._step += 1
-        self._epoch_steps += 1
-        self._pending += 1
+        # With compile(steps_per_execution=k) Keras calls this once per execution of k
+        # steps (fewer for the epoch's last), passing the epoch's index of the LAST step
+        # run: count the steps done since the previous call, not one per call.
+        done = steps_done(batch, self._epoch_steps)
+        self._step += done
+        self._epoch_steps += done
+        self._pending += done
         self._last_batch_end = now
         if self._pending >= self.every:
             loss, accuracy, extra = split_logs(logs)
@@ -279,6 +285,14 @@ def _replicas(model) -> int | None:
     if replicas and hvd is not None and hvd.is_initialized():
         replicas *= int(hvd.size())
     return replicas
+
+
+def steps_done(batch: Any, epoch_steps: int) -> int:
+    """Steps one ``on_train_batch_end(batch)`` call covers (pure): ``batch`` is the
+    epoch's 0-based index of the last step run, ``epoch_steps`` the steps counted before
+    it this epoch. At least 1, also for a ``batch`` Keras does not give as an index."""
+    index = _int_or_none(batch)
+    return max(1, index + 1 - epoch_steps) if index is not None else 1
 
 
 def _int_or_none(value: Any) -> int | None:

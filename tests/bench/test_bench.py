@@ -23,6 +23,7 @@ def _names(cases):
 def test_plan_two_cores_has_one_and_two_workers_per_strategy():
     cases = plan_cases(True, 2, True)
     assert _names(cases) == [
+        "reference-x1",
         "single-x1",
         "independent-x2",
         "mirrored-x1",
@@ -36,6 +37,7 @@ def test_plan_two_cores_has_one_and_two_workers_per_strategy():
     ]
     assert {(c.steps, c.repeats) for c in cases} == {(50, 2)}
     assert not any(c.skip for c in cases)
+    assert cases[0].script(run.LAUNCH_DIR).is_file()
     assert [c.workers for c in plan_cases(True, 8, True, strategies=("independent",))] == [2, 4, 8]
     with pytest.raises(ConfigError, match="independent runs have 2 or more workers"):
         BenchCase("independent", 1, 10)
@@ -86,7 +88,7 @@ def test_case_arguments_fix_the_steps(tmp_path):
     assert evals[-4:] == ["--eval-every", "10", "--eval-examples", str(config.EVAL_EXAMPLES)]
     with pytest.raises(ConfigError, match="eval_every=-1"):
         BenchCase("single", 1, 40, eval_every=-1)
-    assert [c.eval_every for c in plan_cases(True, 2, True)] == [25] * 10
+    assert [c.eval_every for c in plan_cases(True, 2, True)] == [0] + [25] * 10  # reference: 0
     assert {c.eval_every for c in plan_cases(False, 2, True, eval_every=0)} == {0}
     assert case.launch_strategy == "multi_worker"
     assert BenchCase("single", 1, 5).launch_strategy == "mirrored"
@@ -179,7 +181,7 @@ def test_bench_json_schema_and_atomic_write(tmp_path):
     assert top | {"overhead", "overhead_error"} <= set(doc)
     assert doc["overhead"] is None and doc["overhead_error"] is None
     assert doc["machine"] == {"cores": [0, 1], "cores_per_worker": 1}
-    assert doc["schema"] == run.SCHEMA_VERSION == 2 and doc["created_utc"].endswith("+00:00")
+    assert doc["schema"] == run.SCHEMA_VERSION == 3 and doc["created_utc"].endswith("+00:00")
     by = {c["name"]: c for c in doc["cases"]}
     assert list(by) == [
         "single-x1",
