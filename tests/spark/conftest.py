@@ -1,7 +1,8 @@
 """One real 2-worker Spark standalone cluster on loopback for every Spark test.
 
-Tests that use it are marked ``xdist_group("spark")`` so they share one pytest-xdist
-worker (and this one cluster); it is stopped at the end of the session.
+The tests that use it live in test_spark_runs.py: `make test` runs each test file on one
+pytest-xdist worker, so they share this one cluster; it is stopped at the end of the
+session.
 """
 
 from __future__ import annotations

@@ -6,13 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from harness.spark import refused
 
 from ddlkit.cluster.ports import _pick_ports
 from ddlkit.errors import ConfigError
-from ddlkit.launch import run as run_mod
 from ddlkit.spark.cluster import find_java
 from ddlkit.spark.driver import failure_report, session_conf
-from ddlkit.spark.procs import descendants
 from ddlkit.spark.submit import master_slots
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
@@ -20,41 +19,15 @@ SCRIPT = LAUNCH / "train_multi_worker.py"
 PS_SCRIPT = LAUNCH / "train_parameter_server.py"
 
 
-def _refused(tmp_path, **kwargs) -> str:
-    """Start a run that must be refused; check that nothing started or was written."""
-    before = {pid for pid, _ in descendants(os.getpid())}
-    kwargs = {
-        "script": SCRIPT,
-        "workers": 2,
-        "engine": "spark",
-        "runs_dir": tmp_path / "runs",
-        **kwargs,
-    }
-    with pytest.raises(ConfigError) as refused:
-        run_mod.start(**kwargs)
-    assert not (tmp_path / "runs").exists(), "a refused run wrote a run directory"
-    assert {pid for pid, _ in descendants(os.getpid())} <= before, "a refused run started"
-    message = str(refused.value)
-    assert "Fix:" in message and "\n" not in message, message
-    return message
-
-
 def test_an_unreachable_master_is_named(tmp_path):
     port = _pick_ports({"127.0.0.1": 1})["127.0.0.1"][0]  # free: nothing listens there
-    message = _refused(tmp_path, master=f"spark://127.0.0.1:{port}")
+    message = refused(tmp_path, master=f"spark://127.0.0.1:{port}")
     assert f"cannot reach the Spark master spark://127.0.0.1:{port}" in message
 
 
 def test_more_workers_than_local_slots(tmp_path):
-    message = _refused(tmp_path, master="local[1]")
+    message = refused(tmp_path, master="local[1]")
     assert "2 workers need 2 task slots" in message and "local[1] has 1 free" in message
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("spark")
-def test_more_workers_than_the_clusters_free_slots(spark_cluster, tmp_path):
-    message = _refused(tmp_path, master=spark_cluster.master_url, workers=3)
-    assert f"{spark_cluster.master_url} has 2 free" in message and "wait forever" in message
 
 
 def test_no_java_names_the_package(tmp_path, monkeypatch):
@@ -62,11 +35,11 @@ def test_no_java_names_the_package(tmp_path, monkeypatch):
         find_java({"PATH": str(tmp_path)})
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without java
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    assert "openjdk-17-jre-headless" in _refused(tmp_path, master="local[2]")
+    assert "openjdk-17-jre-headless" in refused(tmp_path, master="local[2]")
 
 
 def test_a_missing_script(tmp_path):
-    message = _refused(tmp_path, master="local[2]", script=tmp_path / "nope.py")
+    message = refused(tmp_path, master="local[2]", script=tmp_path / "nope.py")
     assert "nope.py" in message and "not found" in message
 
 
@@ -84,7 +57,7 @@ def test_a_missing_script(tmp_path):
     ],
 )
 def test_other_bad_input(tmp_path, kwargs, says):
-    assert says in _refused(tmp_path, **kwargs)
+    assert says in refused(tmp_path, **kwargs)
 
 
 def test_slots_of_master_forms():

@@ -2,7 +2,8 @@
 
 MultiWorkerMirroredStrategy as a barrier stage, Horovod through ``horovod.spark.run``:
 each trains a few steps, both workers' records reach the collector, the workers end with
-identical weights; a worker killed mid-run fails the job fast, naming the task.
+identical weights; a worker killed mid-run fails the job fast, naming the task; more
+workers than free slots is refused; MNIST as Parquet trains on each task's own rows.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from pathlib import Path
 
 import pytest
 from harness.procutil import alive, wait_until
+from harness.spark import refused
 
 from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import run as run_mod
+from ddlkit.spark.data import train_on_partitions, write_mnist_parquet
 from ddlkit.spark.procs import descendants
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 STEPS = ["--epochs", "1", "--steps-per-epoch", "4", "--batch-size", "32"]
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.slow
+PARQUET_EXAMPLES = 512
 
 
 def _start(cluster, script, strategy, tmp_path, args=STEPS):
@@ -98,3 +102,37 @@ def test_killed_task_fails_the_job_fast_naming_it(spark_cluster, data_env, tmp_p
     assert wait_until(lambda: not any(alive(p) for p in before if p != pid), 15)
     assert not alive(driver)
     assert spark_cluster.running  # the cluster itself serves the next job
+
+
+def test_more_workers_than_the_clusters_free_slots(spark_cluster, tmp_path):
+    message = refused(tmp_path, master=spark_cluster.master_url, workers=3)
+    assert f"{spark_cluster.master_url} has 2 free" in message and "wait forever" in message
+
+
+@pytest.fixture
+def spark(spark_cluster, data_env, monkeypatch):
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from ddlkit.spark.driver import session_conf
+
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the executors' Python: the kit's
+    builder = SparkSession.builder.master(spark_cluster.master_url).appName("ddlkit test")
+    for key, value in session_conf(spark_cluster.master_url, 2).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    yield session
+    session.stop()
+
+
+def test_tasks_train_on_their_own_parquet_partitions(spark, tmp_path):
+    path = write_mnist_parquet(spark, tmp_path / "mnist.parquet", PARQUET_EXAMPLES, partitions=2)
+    assert len(list((tmp_path / "mnist.parquet").glob("part-*.parquet"))) == 2
+    df = spark.read.parquet(path)
+    assert df.count() == PARQUET_EXAMPLES
+    reports = sorted(train_on_partitions(df, 2, steps=3, batch=16), key=lambda r: r["task"])
+    assert [r["task"] for r in reports] == [0, 1]
+    assert sum(r["examples"] for r in reports) == PARQUET_EXAMPLES  # every row, each on one task
+    assert all(0 < r["examples"] < PARQUET_EXAMPLES for r in reports)
+    assert reports[0]["weights_checksum"] == reports[1]["weights_checksum"]
