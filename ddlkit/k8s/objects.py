@@ -56,7 +56,7 @@ def volume_claim(plan: JobPlan) -> dict:
 def exec_command(plan: JobPlan) -> list[str]:
     """The pod's command: ``python -m ddlkit.k8s exec`` builds TF_CONFIG, then runs the script."""
     shape = ["--job", plan.name, "--service", plan.service, "--pods", str(plan.pods)]
-    if plan.strategy == "parameter_server":
+    if plan.ps:  # parameter_server (the plan allows ps tasks for it alone)
         shape += ["--ps", str(plan.ps)]
     shape += ["--port", str(plan.port)]
     return ["python", "-m", "ddlkit.k8s", "exec", *shape, "--", plan.script, *plan.args]
@@ -145,7 +145,7 @@ def job(plan: JobPlan) -> dict:
             },
         },
     }
-    if plan.strategy == "parameter_server":
+    if plan.ps:  # parameter_server
         # The job is done when the chief (index 0) is: the Job controller then ends the ps
         # and worker pods, whose servers never exit by themselves (Kubernetes >= 1.31; on
         # 1.30 `exec --ps` ends them once the chief's result is on the shared volume).

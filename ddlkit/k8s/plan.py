@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ddlkit import strategies
 from ddlkit.environments.kubernetes import TF_PORT, check_label
 from ddlkit.errors import ConfigError
 
@@ -48,7 +49,7 @@ class JobPlan:
     @property
     def pods(self) -> int:
         """Every process is a pod: MWMS its workers; PS one chief, the ps tasks, the workers."""
-        if self.strategy == "parameter_server":
+        if strategies.get(self.strategy).chief:  # a PS coordinator of its own
             return 1 + self.ps + self.workers
         return self.workers
 
@@ -111,7 +112,7 @@ def make_plan(
             f"{', '.join(STRATEGIES)} (Horovod runs under Kubeflow's MPIJob instead)."
         )
     _count("workers", workers, 1, "pass -n N with N >= 1 (N: training workers)")
-    if strategy == "parameter_server":
+    if strategies.get(strategy).chief:  # parameter_server: a coordinator and ps tasks
         _count("ps", ps, 1, "pass --ps K with K >= 1 for parameter_server")
     elif ps:
         raise ConfigError(

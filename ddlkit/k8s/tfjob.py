@@ -33,7 +33,7 @@ def tfjob(plan: JobPlan) -> dict:
     """The TFJob: ``Worker`` replicas (MWMS), or ``Chief`` + ``PS`` + ``Worker`` (PS)."""
     # ExitCode: the operator restarts a pod that died of a signal or a retryable code
     # (128+), not one that exited 1-127 (a bug or bad input would fail again).
-    if plan.strategy == "multi_worker":
+    if not plan.ps:  # multi_worker: every pod a worker
         specs = {"Worker": replica(plan, plan.workers, "ExitCode")}
     else:
         specs = {

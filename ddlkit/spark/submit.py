@@ -17,7 +17,7 @@ import re
 import socket
 from pathlib import Path
 
-from ddlkit import backend, contract
+from ddlkit import backend, contract, strategies
 from ddlkit.contract import STRATEGY_VAR
 from ddlkit.errors import ConfigError
 from ddlkit.launch.spec import JobSpec, WorkerSpec
@@ -81,7 +81,7 @@ def check(config, master: str) -> None:
         )
     find_java()
     spark_home()
-    if config.strategy == "horovod":
+    if strategies.get(config.strategy).needs_horovodrun:  # Horovod: horovod.spark.run
         try:
             import horovod.spark  # noqa: F401  (needs pyarrow)
         except ImportError as exc:
@@ -145,7 +145,7 @@ def driver_spec(config, master: str, run_id: str, run_dir: Path, extra_env: dict
 
 def metric_workers(config) -> list[str] | None:
     """The workers the dashboard lists from the start (Horovod's ranks name themselves)."""
-    if config.strategy == "horovod":
+    if strategies.get(config.strategy).needs_horovodrun:
         return None
     return [contract.task_name("worker", i) for i in range(config.workers)]
 
