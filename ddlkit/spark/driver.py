@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from ddlkit import backend, contract
+from ddlkit import backend, contract, strategies
 from ddlkit.launch.remote import FORWARDED
 from ddlkit.spark.tasks import TaskPlan, barrier_task, horovod_task, log_tails, report_lines
 
@@ -46,8 +46,17 @@ def session_conf(master: str, workers: int) -> dict[str, str]:
     return conf
 
 
+def horovod_nics(master: str) -> list[str] | None:
+    """The network interfaces Horovod's ranks use: ``lo`` when every executor runs here on
+    loopback (``local[N]``, ``spark://127.x``). Left to itself, horovod.spark.run has every
+    task list its interfaces and fails on one that another program adds or removes
+    meanwhile (seen: the bridge of namespaced demo hosts, "Spark job failed: 'dk102dc0br'").
+    None elsewhere: Horovod finds the interfaces the executors share."""
+    return ["lo"] if LOOPBACK_MASTER.match(master) else None
+
+
 def worker_names(strategy: str, workers: int) -> list[str]:
-    if strategy == "horovod":
+    if strategies.get(strategy).needs_horovodrun:  # Horovod's ranks name themselves rank-N
         return [contract.rank_name(i) for i in range(workers)]
     return [contract.task_name("worker", i) for i in range(workers)]
 
@@ -95,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     error: BaseException | None = None
     reports: list[dict] = []
     try:
-        if args.strategy == "horovod":
+        if strategies.get(args.strategy).needs_horovodrun:  # Horovod: horovod.spark.run
             import horovod.spark
 
             reports = horovod.spark.run(
@@ -103,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 args=(plan,),
                 num_proc=args.workers,
                 use_gloo=True,
+                nics=horovod_nics(args.master),
                 start_timeout=args.start_timeout,
                 env=dict(os.environ),
                 verbose=1,

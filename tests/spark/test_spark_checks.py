@@ -90,3 +90,10 @@ def test_session_settings_fail_fast_and_stay_on_loopback():
     assert conf["spark.task.maxFailures"] == "1" and conf["spark.cores.max"] == "2"
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert "spark.driver.host" not in session_conf("spark://master.example:7077", 2)
+
+
+def test_horovod_keeps_to_loopback_on_a_loopback_master():
+    from ddlkit.spark.driver import horovod_nics
+
+    assert horovod_nics("local[2]") == horovod_nics("spark://127.0.0.1:7077") == ["lo"]
+    assert horovod_nics("spark://node1:7077") is None and horovod_nics("yarn") is None
