@@ -155,37 +155,39 @@ def cmd_launch(args: argparse.Namespace) -> int:
             port=args.ssh_port if args.ssh_port is not None else (None if config else 22),
             config_file=config,
         )
-    run = run_mod.start(
-        args.script,
-        strategy=args.strategy,
-        workers=args.workers,
-        args=script_args,
-        hosts=args.hosts,
-        hostfile=args.hostfile,
-        ps=args.ps,
-        label=args.label,
-        live=not args.no_live,
-        pin_cores=not args.no_pin,
-        runs_dir=args.runs_dir,
-        collector_port=args.collector_port,
-        collector_host=args.collector_host,
-        ssh=ssh,
-        base_port=plan.BASE_PORT if args.base_port is None else args.base_port,
-        distinct_ports=args.distinct_ports,
-        network_interface=args.network_interface,
-        python=args.python,
-        cores=args.cores,
-        env=dict(args.env),
-        engine=args.engine,
-        master=args.master,
-    )
-    if run.preflight is not None:
-        print(run.preflight)
-    print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
+    run = None  # Ctrl-C may come while start() returns: stop what it started then too
     try:
+        run = run_mod.start(
+            args.script,
+            strategy=args.strategy,
+            workers=args.workers,
+            args=script_args,
+            hosts=args.hosts,
+            hostfile=args.hostfile,
+            ps=args.ps,
+            label=args.label,
+            live=not args.no_live,
+            pin_cores=not args.no_pin,
+            runs_dir=args.runs_dir,
+            collector_port=args.collector_port,
+            collector_host=args.collector_host,
+            ssh=ssh,
+            base_port=plan.BASE_PORT if args.base_port is None else args.base_port,
+            distinct_ports=args.distinct_ports,
+            network_interface=args.network_interface,
+            python=args.python,
+            cores=args.cores,
+            env=dict(args.env),
+            engine=args.engine,
+            master=args.master,
+        )
+        if run.preflight is not None:
+            print(run.preflight)
+        print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
         result = _wait_with_progress(run, args.timeout)
     except KeyboardInterrupt:
-        run.stop()  # wait() stops the workers itself, but Ctrl-C may land elsewhere
+        if run is not None:
+            run.stop()  # wait() stops the workers itself, but Ctrl-C may land elsewhere
         print("interrupted: every worker was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
     for name, res in run.results().items():
