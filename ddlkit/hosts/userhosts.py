@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddlkit import procs
 from ddlkit.errors import ConfigError, MissingSystemPackageError
 from ddlkit.hosts import sshd
 from ddlkit.hosts.ssh import SshOptions
@@ -334,22 +335,7 @@ def start(p: UserPlan, *, timeout: float = 30.0) -> UserHosts:
 
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (children, their children, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return [child for child, _ in procs.descendants(pid)]
 
 
 def came_through(address: str, port: int) -> list[int]:

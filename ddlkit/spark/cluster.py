@@ -137,7 +137,7 @@ class LocalCluster:
 
     def executor_pids(self) -> list[int]:
         """Running executor JVMs (``CoarseGrainedExecutorBackend``) of this cluster."""
-        from ddlkit.spark.procs import descendants
+        from ddlkit.procs import descendants
 
         pids = []
         for worker in self.procs[1:]:

@@ -9,7 +9,7 @@ import pytest
 
 from ddlkit.errors import ConfigError
 from ddlkit.launch import run as run_mod
-from ddlkit.spark.procs import descendants
+from ddlkit.procs import descendants
 
 SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "train_multi_worker.py"
 

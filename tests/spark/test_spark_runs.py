@@ -18,8 +18,8 @@ from harness.spark import refused
 
 from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import run as run_mod
+from ddlkit.procs import descendants
 from ddlkit.spark.data import train_on_partitions, write_mnist_parquet
-from ddlkit.spark.procs import descendants
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 STEPS = ["--epochs", "1", "--steps-per-epoch", "4", "--batch-size", "32"]

@@ -1,4 +1,6 @@
-"""Processes on this machine seen through /proc: who descends from whom (Linux only)."""
+"""Processes on this machine seen through /proc: who descends from whom (Linux only).
+
+Used to find and end what a job left (ddlkit.spark's workers, a user-mode host's sessions)."""
 
 from __future__ import annotations
 
