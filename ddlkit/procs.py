@@ -36,3 +36,12 @@ def descendants(pid: int) -> list[tuple[int, str]]:
         found.append((child, cmdline(child)))
         todo += children.get(child, [])
     return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is neither a zombie (Z) nor dead (X)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ddlkit import procs
 from ddlkit.contract import WORKER_VAR
 from ddlkit.contract import rank_name as rank_name  # re-exported: ddlkit.horovod.rank_name
 from ddlkit.errors import ConfigError
@@ -95,12 +96,7 @@ def find_launcher(pid: int | None = None, max_depth: int = 8) -> int | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+_alive = procs.alive  # one /proc check (ddlkit.procs)
 
 
 def _set_parent_death_signal(sig: int) -> bool:

@@ -357,12 +357,7 @@ def came_through(address: str, port: int) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+_alive = procs.alive  # one /proc check (ddlkit.procs)
 
 
 def _signal(pid: int, sig: int) -> None:
