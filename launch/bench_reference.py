@@ -65,12 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[reporter])
     seconds = time.perf_counter() - start
-    test = tf.data.Dataset.from_tensor_slices((x_test[..., None] / 255.0, y_test))
+    n_test = args.test_examples or len(x_test)  # --test-examples: the first n, 0: all
+    test = tf.data.Dataset.from_tensor_slices((x_test[:n_test, ..., None] / 255.0, y_test[:n_test]))
     test = test.map(lambda x, y: (tf.cast(x, tf.float32), y)).batch(256)
     accuracy = float(model.evaluate(test, verbose=0)[1])
     report(
         {
             "test_accuracy": accuracy,
+            "test_examples": n_test,
             "train_seconds": seconds,
             "examples_per_sec": args.epochs * steps * args.batch_size / seconds,
             "replicas": 1,

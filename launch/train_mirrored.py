@@ -66,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[reporter, *evals],
     )
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed)
+    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
     examples = args.epochs * steps * global_batch
     report(
         {
             "test_accuracy": accuracy,
+            "test_examples": args.test_examples or len(x_test),
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,
             "replicas": n,

@@ -245,10 +245,12 @@ def main(argv: list[str] | None = None) -> int:
             metrics={"staleness_mean": summary.mean, "staleness_max": summary.max},
         )
     reporter.event("train_end", steps=done)
-    _, test_accuracy = evaluate(model, x_test, y_test)
+    n_test = args.test_examples or len(x_test)  # --test-examples
+    _, test_accuracy = evaluate(model, x_test[:n_test], y_test[:n_test])
     report(
         {
             "test_accuracy": test_accuracy,
+            "test_examples": args.test_examples or len(x_test),
             "train_seconds": train_seconds,
             "examples_per_sec": done * args.batch_size / train_seconds,
             "steps": done,

@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             if summary else {},
         )  # fmt: skip
     reporter.event("train_end", steps=done)
-    _, test_accuracy = evaluate(model, x_test, y_test)
+    n_test = args.test_examples or len(x_test)  # --test-examples
+    _, test_accuracy = evaluate(model, x_test[:n_test], y_test[:n_test])
     counts = {"updates": int(optimizer.iterations.numpy())}  # [dist] read from its ps
     if args.mode == "sync":
         counts |= {"applies": int(runner.applies.numpy())}
@@ -366,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "mode": args.mode,
             "test_accuracy": test_accuracy,
+            "test_examples": args.test_examples or len(x_test),
             "train_seconds": train_seconds,
             "examples_per_sec": done * args.batch_size / train_seconds,
             "steps": done,

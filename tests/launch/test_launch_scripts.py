@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,9 +57,11 @@ def test_eval_every_reports_held_out_evals_with_training_time_only(data_env, tmp
     env = {**os.environ, "DDLKIT_RUNS": str(tmp_path / "runs"), "TF_NUM_INTRAOP_THREADS": "1"}
     env.pop("DDLKIT_RUN_DIR", None)
     argv = [sys.executable, str(LAUNCH / "train_single.py"), "--steps-per-epoch", "12"]
-    argv += ["--eval-every", "5", "--eval-examples", "300"]
+    argv += ["--eval-every", "5", "--eval-examples", "300", "--test-examples", "250"]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert json.loads(result.removeprefix("RESULT "))["test_examples"] == 250
     (path,) = (tmp_path / "runs").glob("*/metrics/*.jsonl")
     records, _ = read_jsonl(path)
     evals = [r.info for r in records if r.kind == "event" and r.name == "eval"]
@@ -83,3 +87,29 @@ def test_eval_every_defaults_to_off_in_the_strategy_scripts():
     finally:
         sys.path.remove(str(LAUNCH))
     assert (args.eval_every, args.eval_examples) == (0, 2000)
+
+
+def _parse(argv: list[str]):
+    sys.path.insert(0, str(LAUNCH))
+    try:
+        from _common import parse_args
+
+        return parse_args(argv, "x")
+    finally:
+        sys.path.remove(str(LAUNCH))
+
+
+def test_the_final_accuracy_uses_every_test_image_unless_fast_mode_or_asked(monkeypatch):
+    monkeypatch.delenv("DDLKIT_FAST", raising=False)
+    assert _parse([]).test_examples == 0  # 0: all of them
+    monkeypatch.setenv("DDLKIT_FAST", "1")
+    assert _parse([]).test_examples == 1000
+    assert _parse(["--test-examples", "0"]).test_examples == 0  # asked for: all, even in CI
+    assert _parse(["--test-examples", "300"]).test_examples == 300
+
+
+def test_a_negative_test_examples_is_refused_naming_the_fix(capsys):
+    with pytest.raises(SystemExit) as ended:
+        _parse(["--test-examples", "-5"])
+    assert ended.value.code == 2
+    assert "--test-examples -5: need >= 0 (0: every test image)" in capsys.readouterr().err
