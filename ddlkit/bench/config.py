@@ -128,8 +128,6 @@ class BenchCase:
         args += ["--eval-every", str(self.eval_every)]
         if self.eval_every:
             args += ["--eval-examples", str(self.eval_examples)]
-        if self.strategy == "parameter_server":
-            args += ["--report-every", "5"]  # the default joins every 20 steps
         return args
 
     def rows(self) -> list[tuple[str, str]]:
