@@ -219,14 +219,42 @@ _BY_DATASET = {
 }
 
 
-def for_dataset(name: str, *, seed: int | None = None):
-    """The tutorial CNN for a data set of :func:`ddlkit.data.load`."""
+def _check_dataset(name: str) -> None:
     if name not in _BY_DATASET:
         raise ConfigError(
             f"No model for data set {name!r}. Fix: use one of {sorted(_BY_DATASET)}, or build "
             f"mnist_cnn/cifar_cnn/small_resnet with your input_shape and num_classes."
         )
+
+
+def for_dataset(name: str, *, seed: int | None = None):
+    """The tutorial CNN for a data set of :func:`ddlkit.data.load`."""
+    _check_dataset(name)
     return _BY_DATASET[name](seed)
+
+
+#: What ``--model`` of the worker scripts (and ``BenchCase.arch``) may name.
+ARCHS = ("cnn", "small_resnet")
+
+
+def build(model: str, dataset: str, *, seed: int | None = None):
+    """The model named ``model`` for data set ``dataset``: ``"cnn"`` is
+    :func:`for_dataset` (its tutorial CNN), ``"small_resnet"`` a :func:`small_resnet`
+    for that data set's image shape and classes (e.g. 32x32x3 and 10 for CIFAR-10)."""
+    if model not in ARCHS:
+        raise ConfigError(
+            f"unknown model {model!r}. Fix: use one of {', '.join(ARCHS)} (--model), or build "
+            f"your own with ddlkit.models' builders."
+        )
+    if model == "cnn":
+        return for_dataset(dataset, seed=seed)
+    from ddlkit.data import catalog
+
+    _check_dataset(dataset)
+    spec = catalog.spec(dataset)
+    height, width, *channels = spec.image_shape
+    shape = (height, width, channels[0] if channels else 1)
+    return small_resnet(shape, spec.num_classes, seed=seed)
 
 
 _OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}

@@ -13,15 +13,26 @@ import sys
 import time
 from collections.abc import Callable
 
+MODELS = ("cnn", "small_resnet")  # ddlkit.models.ARCHS (this module loads before ddlkit)
+
 
 def parse_args(
     argv: list[str] | None,
     description: str,
     extra: Callable[[argparse.ArgumentParser], None] | None = None,
+    *,
+    model_flag: bool = False,
 ) -> argparse.Namespace:
-    """The shared flags; ``extra(parser)`` adds a script's own."""
+    """The shared flags; ``extra(parser)`` adds a script's own. ``model_flag``: the script
+    builds ``models.build(args.model, ...)``, so it takes ``--model {cnn,small_resnet}``
+    (the others keep ``args.model == "cnn"`` and reject the flag rather than ignore it)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dataset", default="mnist", choices=("mnist", "fashion_mnist", "cifar10"))
+    if model_flag:
+        about = "cnn: the data set's tutorial CNN; small_resnet: more compute per parameter"
+        parser.add_argument("--model", default="cnn", choices=MODELS, help=about)
+    else:
+        parser.set_defaults(model="cnn")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64, help="per replica")
     parser.add_argument("--lr", type=float, default=1e-3, help="for one replica")
@@ -95,7 +106,9 @@ class _EvalEvents:
     class in :func:`held_out_evals` (TensorFlow loads only when it is used).
     """
 
-    def __init__(self, source, dataset: str, x, y, every: int, global_batch: int, seed: int):
+    def __init__(
+        self, source, dataset: str, x, y, every: int, global_batch: int, seed: int, arch: str
+    ):
         import tensorflow as tf
 
         from ddlkit import models
@@ -106,7 +119,7 @@ class _EvalEvents:
         self.data = pipeline.make_dataset(x, y, batch_size=500, shuffle=False)
         # Built here, outside fit's strategy scope: variables made inside it on worker-0
         # alone would be broadcast to workers that never make them (a collective hang).
-        self.local = models.for_dataset(dataset, seed=seed)
+        self.local = models.build(arch, dataset, seed=seed)
         self.logits = tf.function(lambda images: self.local(images, training=False))
         self.step = self.epoch_steps = 0
         self.eval_seconds = 0.0
@@ -174,20 +187,23 @@ def held_out_evals(source, args: argparse.Namespace, x_test, y_test, global_batc
 
     cls = type("EvalEvents", (_EvalEvents, tf.keras.callbacks.Callback), {})
     x, y = x_test[: args.eval_examples], y_test[: args.eval_examples]
-    return [cls(source, args.dataset, x, y, args.eval_every, global_batch, args.seed)]
+    every, seed = args.eval_every, args.seed
+    return [cls(source, args.dataset, x, y, every, global_batch, seed, args.model)]
 
 
-def test_accuracy(model, dataset: str, x_test, y_test, seed: int, examples: int = 0) -> float:
+def test_accuracy(
+    model, dataset: str, x_test, y_test, seed: int, arch: str = "cnn", *, examples: int = 0
+) -> float:
     """Evaluate a copy of `model`'s weights on one device: the same answer on every worker.
 
-    ``examples`` > 0: the first that many test images (``--test-examples``), 0: all."""
+    ``arch``: the ``--model`` it was built as (``models.build(arch, dataset)``); ``examples``
+    > 0: the first that many test images (``--test-examples``), 0: all."""
     from ddlkit import models
     from ddlkit.data import pipeline
 
     if examples:
         x_test, y_test = x_test[:examples], y_test[:examples]
-
-    local = models.for_dataset(dataset, seed=seed)
+    local = models.build(arch, dataset, seed=seed)
     local.set_weights(model.get_weights())
     models.compile_classifier(local)
     test = pipeline.make_dataset(x_test, y_test, batch_size=256, shuffle=False)

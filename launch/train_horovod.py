@@ -39,7 +39,7 @@ def _flags(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__, extra=_flags)
+    args = parse_args(argv, __doc__, extra=_flags, model_flag=True)
     hvd = dkh.init()  # [dist] hvd.init(), own GPU (gpus[local_rank]) if any, rank-N metrics
     ranks = hvd.size()  # [dist]
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     global_batch = args.batch_size * ranks  # [dist] per-rank batch x ranks
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
-    model = models.for_dataset(args.dataset, seed=args.seed)
+    model = models.build(args.model, args.dataset, seed=args.seed)  # --model
     optimizer = models.make_optimizer("adam", args.lr * ranks)  # [dist] lr scales with batch
     compression = hvd_keras.Compression.fp16 if args.fp16 else hvd_keras.Compression.none  # [dist]
     optimizer = hvd_keras.DistributedOptimizer(optimizer, compression=compression)  # [dist]
@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks
     )
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, args.model, examples=args.test_examples
+    )
     examples = args.epochs * steps * global_batch
     weights = tf.add_n([tf.reduce_sum(tf.cast(w, tf.float64)) for w in model.weights])
     report(
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             "examples_per_sec": examples / seconds,  # all ranks together
             "replicas": ranks,
             "dataset": args.dataset,
+            "model": args.model,  # --model: cnn or small_resnet
             "epochs": args.epochs,
             "steps": args.epochs * steps,
             "global_batch": global_batch,

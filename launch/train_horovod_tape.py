@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
     reporter.event("train_end", steps=step)
     reporter.close()
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, examples=args.test_examples
+    )
     report(
         {
             "test_accuracy": accuracy,

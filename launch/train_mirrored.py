@@ -38,7 +38,7 @@ def _flags(parser) -> None:  # [dist] --replicas, by default $DDLKIT_REPLICAS (d
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__, extra=_flags)  # [dist] extra: --replicas
+    args = parse_args(argv, __doc__, extra=_flags, model_flag=True)  # [dist] extra: --replicas
     plan = replicas.devices(args.replicas)  # [dist] before any other TensorFlow op
     strategy = tf.distribute.MirroredStrategy(list(plan))  # [dist]
     n = strategy.num_replicas_in_sync  # [dist]
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
-        model = models.for_dataset(args.dataset, seed=args.seed)
+        model = models.build(args.model, args.dataset, seed=args.seed)  # --model
         models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
             model,
             args.lr * n,  # [dist] lr scales with the global batch
@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[reporter, *evals],
     )
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, args.model, examples=args.test_examples
+    )
     examples = args.epochs * steps * global_batch
     report(
         {
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             "examples_per_sec": examples / seconds,
             "replicas": n,
             "dataset": args.dataset,
+            "model": args.model,  # --model: cnn or small_resnet
             "epochs": args.epochs,
             "steps": args.epochs * steps,
             "devices": plan.kind,  # [dist]

@@ -29,7 +29,7 @@ from ddlkit.data import pipeline
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__, extra=add_eval_flags)
+    args = parse_args(argv, __doc__, extra=add_eval_flags, model_flag=True)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
     replicas = strategy.num_replicas_in_sync  # [dist]
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
-        model = models.for_dataset(args.dataset, seed=args.seed)
+        model = models.build(args.model, args.dataset, seed=args.seed)  # --model
         models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
             model,
             args.lr * replicas,  # [dist] lr scales with batch
@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, args.model, examples=args.test_examples
+    )
     examples = args.epochs * steps * global_batch
     weights = tf.add_n([tf.reduce_sum(tf.cast(w, tf.float64)) for w in model.weights])
     report(
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             "examples_per_sec": examples / seconds,  # all workers together
             "replicas": replicas,
             "dataset": args.dataset,
+            "model": args.model,  # --model: cnn or small_resnet
             "epochs": args.epochs,
             "steps": args.epochs * steps,
             "global_batch": global_batch,

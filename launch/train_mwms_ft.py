@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
         tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=1).save()
         faults.remove_write_dir(args.checkpoint_dir, task_type, task_id)  # [dist]
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, examples=args.test_examples
+    )
     initial_epoch = getattr(reporter, "initial_epoch", 0)  # after a restore: last backup + 1
     examples = (args.epochs - initial_epoch) * steps * global_batch
     report(

@@ -3,6 +3,7 @@
 Launch:
     python launch/train_single.py --epochs 1
     python launch/train_single.py --steps-per-epoch 200 --eval-every 20  # held-out evals
+    python launch/train_single.py --dataset cifar10 --model small_resnet --steps-per-epoch 30
     ddlkit launch --strategy mirrored -n 1 launch/train_single.py -- --epochs 1
 """
 
@@ -18,11 +19,11 @@ from ddlkit.data import pipeline
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__, extra=add_eval_flags)
+    args = parse_args(argv, __doc__, extra=add_eval_flags, model_flag=True)
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     train = pipeline.make_dataset(x_train, y_train, batch_size=args.batch_size, repeat=True)
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
-    model = models.for_dataset(args.dataset, seed=args.seed)
+    model = models.build(args.model, args.dataset, seed=args.seed)  # --model
     # --steps-per-execution: steps per call into TensorFlow, see _common.STEPS_PER_EXECUTION
     models.compile_classifier(model, args.lr, steps_per_execution=args.steps_per_execution)
     reporter = metrics.KerasReporter(batch_size=args.batch_size)
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[reporter, *evals],
     )
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, args.model, examples=args.test_examples
+    )
     examples = args.epochs * steps * args.batch_size
     report(
         {
@@ -46,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             "examples_per_sec": examples / seconds,
             "replicas": 1,
             "dataset": args.dataset,
+            "model": args.model,  # --model: cnn or small_resnet
             "epochs": args.epochs,
             "steps": args.epochs * steps,
             "global_batch": args.batch_size,

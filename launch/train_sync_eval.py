@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     # Evaluating workers count the seconds of training steps only (as the PS chief does);
     # the others the whole fit call.
     seconds = callbacks[-1].train_seconds if len(callbacks) > 1 else time.perf_counter() - start
-    accuracy = test_accuracy(model, args.dataset, x_test, y_test, args.seed, args.test_examples)
+    accuracy = test_accuracy(
+        model, args.dataset, x_test, y_test, args.seed, examples=args.test_examples
+    )
     examples = args.epochs * steps * global_batch
     report(
         {

@@ -121,6 +121,18 @@ def test_for_dataset_fits_every_data_set_load_knows():
         assert model.output_shape == (None, spec.num_classes)
 
 
+def test_build_gives_the_cnn_or_a_small_resnet_shaped_for_the_data_set():
+    assert weights_equal(models.build("cnn", "mnist", seed=3), models.mnist_cnn(seed=3))
+    resnet = models.build("small_resnet", "cifar10", seed=3)
+    assert resnet.name == "small_resnet" and resnet.input_shape == (None, 32, 32, 3)
+    assert weights_equal(resnet, models.small_resnet((32, 32, 3), 10, seed=3))
+    assert models.build("small_resnet", "fashion_mnist").input_shape == (None, 28, 28, 1)
+    with pytest.raises(ConfigError, match=r"unknown model 'resnet50'.*cnn, small_resnet"):
+        models.build("resnet50", "mnist")
+    with pytest.raises(ConfigError, match=r"'imagenet'.*Fix: use one of \['cifar10'"):
+        models.build("small_resnet", "imagenet")
+
+
 def test_compile_classifier_uses_logits_loss_and_accuracy():
     model = models.compile_classifier(models.mnist_cnn(), learning_rate=0.01, optimizer="sgd")
     assert model.loss.get_config()["from_logits"] is True

@@ -2,6 +2,7 @@
 
 ddlkit bench --quick
 ddlkit bench --strategies single multi_worker --repeats 1 --steps 40
+ddlkit bench --quick --resnet      # also the small ResNet: single, independent, MWMS, Horovod
 python -m ddlkit.bench --quick
 """
 
@@ -11,7 +12,14 @@ import argparse
 import shlex
 import sys
 
-from ddlkit.bench.config import BENCH_STRATEGIES, DATASETS, QUICK_TARGET, TARGET, plan_cases
+from ddlkit.bench.config import (
+    BENCH_STRATEGIES,
+    DATASETS,
+    QUICK_TARGET,
+    RESNET_STEPS,
+    TARGET,
+    plan_cases,
+)
 from ddlkit.errors import ConfigError
 
 
@@ -31,6 +39,19 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps of each run")
     p.add_argument("--batch-size", type=int, default=64, help="per replica")
     p.add_argument("--dataset", choices=DATASETS, default="mnist", help="its CNN and data")
+    p.add_argument(
+        "--resnet",
+        action="store_true",
+        help="also the small ResNet on CIFAR-10 (single-x1, independent-x2, multi_worker-x2, "
+        "horovod-x2 of --strategies; compared only with each other)",
+    )
+    p.add_argument(
+        "--resnet-steps",
+        type=int,
+        default=None,
+        help=f"training steps of each ResNet run (default quick {RESNET_STEPS['quick']}, "
+        f"full {RESNET_STEPS['full']})",
+    )
     p.add_argument("--runs-dir", default=None, help="default: DDLKIT_RUNS or ./runs")
     p.add_argument(
         "--overhead-pairs",
@@ -69,6 +90,8 @@ def main_bench(args: argparse.Namespace) -> int:
         batch=args.batch_size,
         model=args.dataset,
         eval_every=args.eval_every,
+        resnet=args.resnet,
+        resnet_steps=args.resnet_steps,
     )
     target = args.target if args.target is not None else QUICK_TARGET if args.quick else TARGET
     if not 0 < target <= 1:

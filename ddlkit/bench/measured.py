@@ -101,6 +101,7 @@ class CaseResult:
             vs_ceiling=rate.median / ceiling if rate and ceiling and c.workers > 1 else None,
             repeat_ratio=repeat_ratio,
             unstable=unstable,
+            arch=c.arch,
             **self._target(),
         )
 
@@ -151,40 +152,40 @@ class BenchResult:
     def plot_path(self) -> Path:
         return self.bench_dir / "bench.png"
 
-    def scaling(self) -> dict[tuple[str, int], Scaling]:
-        rates = {
+    def rates(self, arch: str = "cnn") -> dict[tuple[str, int], float]:
+        """Median examples/s of the measured cases of one arch, by (strategy, workers): a
+        case is compared only with cases that trained the same model."""
+        return {
             (r.case.strategy, r.case.workers): r.spread("examples_per_sec").median
             for r in self.cases
-            if r.ok
+            if r.ok and r.case.arch == arch
         }
-        return scaling(rates)
+
+    def scaling(self, arch: str = "cnn") -> dict[tuple[str, int], Scaling]:
+        return scaling(self.rates(arch))
+
+    def _record(self, r: CaseResult) -> CaseRecord:
+        """A case's record against single-x1, reference-x1 and independent-xN of its arch."""
+        arch = r.case.arch
+        rates = self.rates(arch)
+        base = [
+            b for b in self.cases if b.ok and b.case.arch == arch and b.case.strategy == "single"
+        ]
+        return r.to_record(
+            self.scaling(arch).get((r.case.strategy, r.case.workers)),
+            base[0].spread("examples_per_sec").median if base else None,
+            base[0].spread("step_time").median if base else None,
+            reference=rates.get(("reference", 1)),
+            ceiling=rates.get(("independent", r.case.workers)),
+        )
 
     def to_record(self) -> BenchFile:
         """The benchmark so far as bench.json's typed model."""
-        scale = self.scaling()
-        base = [r for r in self.cases if r.case.strategy == "single" and r.ok]
-        single = base[0].spread("examples_per_sec").median if base else None
-        single_step = base[0].spread("step_time").median if base else None
-        rates = {
-            (r.case.strategy, r.case.workers): r.spread("examples_per_sec").median
-            for r in self.cases
-            if r.ok
-        }
-        reference = rates.get(("reference", 1))
         return BenchFile(
             bench_id=self.bench_id,
             created=self.started,
             machine=Machine.of(self.cores, self.cores_per_worker, self.machine),
-            cases=tuple(
-                r.to_record(
-                    scale.get((r.case.strategy, r.case.workers)),
-                    single,
-                    single_step,
-                    reference=reference,
-                    ceiling=rates.get(("independent", r.case.workers)),
-                )
-                for r in self.cases
-            ),
+            cases=tuple(self._record(r) for r in self.cases),
             quick=self.quick,
             wall_seconds=self.wall_seconds,
             command=self.command,

@@ -3,6 +3,8 @@
 Each function takes a :class:`~ddlkit.bench.results.BenchResults` (``load_results``) and
 returns a matplotlib Figure (Jupyter shows it once), or draws into ``ax`` when given one.
 Cases that were skipped or failed are written on the chart, not dropped silently.
+A chart shows the cases of one architecture (``arch``, default the file's first: the CNN);
+a benchmark with ``--resnet`` draws the small ResNet's in charts of their own.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ddlkit.bench.config import describe
 from ddlkit.bench.results import BenchResults, CaseSummary
 
 # Horovod's README: 128 servers with 4 Pascal GPUs each, 25 Gbit/s RoCE network.
@@ -45,6 +48,16 @@ def _unmeasured_notes(cases: list[CaseSummary]) -> str:
     return "; ".join(notes)
 
 
+def _one_arch(res: BenchResults, arch: str | None) -> tuple[BenchResults, str]:
+    """The results of `arch` (default the first), and a title suffix naming the model
+    when the file holds more than one."""
+    arch = arch or res.archs[0]
+    one = res.of_arch(arch)
+    if len(res.archs) == 1:
+        return one, ""
+    return one, f" ({describe(one.cases[0].model, arch)})"
+
+
 def _note(ax: Any, text: str) -> None:
     if text:
         ax.text(
@@ -52,10 +65,11 @@ def _note(ax: Any, text: str) -> None:
         )
 
 
-def throughput(res: BenchResults, ax: Any = None):
+def throughput(res: BenchResults, ax: Any = None, *, arch: str | None = None):
     """Examples/s per strategy (groups) and worker count (colours), median of the repeats
     with min-max whiskers, and one device without a strategy as a dashed line."""
     fig, ax = _axes(ax, (9, 4.2))
+    res, about = _one_arch(res, arch)
     strategies = res.strategies
     counts = res.worker_counts
     width = 0.8 / max(len(counts), 1)
@@ -95,24 +109,28 @@ def throughput(res: BenchResults, ax: Any = None):
         )
     ax.set_xticks(range(len(strategies)), [_short(s) for s in strategies])
     ax.set_ylabel("examples / s (all workers)")
-    ax.set_title("throughput: median of repeats, whiskers min-max")
+    ax.set_title(f"throughput{about}: median of repeats, whiskers min-max")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
     ax.legend(loc="upper right", fontsize=8, ncols=3)
     _note(ax, _unmeasured_notes(list(res.cases)))
     return fig
 
 
-def efficiency(res: BenchResults, ax: Any = None):
+def efficiency(res: BenchResults, ax: Any = None, *, arch: str | None = None):
     """Scaling efficiency of every multi-worker case: against the same strategy with one
     worker, and against one device without a strategy, with the 100% and 90% lines and,
     where measured, the ceiling of N independent processes that never communicate."""
     fig, ax = _axes(ax, (9, 4.2))
+    res, about = _one_arch(res, arch)
     multi = [c for c in res.cases if c.workers > 1]
-    scaled = [c for c in multi if c.ok and c.efficiency is not None]
+    # a case without an x1 of its own (e.g. the ResNet's multi_worker-x2) still has its bar
+    # against single-x1
+    scaled = [c for c in multi if c.ok and (c.efficiency, c.efficiency_vs_single) != (None, None)]
     xs = list(range(len(scaled)))
+    own = [c for c in scaled if c.efficiency is not None]
     bars = ax.bar(
-        [x - 0.2 for x in xs],
-        [c.efficiency * 100 for c in scaled],
+        [xs[scaled.index(c)] - 0.2 for c in own],
+        [c.efficiency * 100 for c in own],
         0.38,
         color="tab:green",
         label="vs the same strategy with 1 worker",
@@ -141,7 +159,7 @@ def efficiency(res: BenchResults, ax: Any = None):
             )
     ax.set_xticks(xs, [_short(c.name) for c in scaled])
     ax.set_ylabel("efficiency: speed-up / workers (%)")
-    ax.set_title("scaling efficiency")
+    ax.set_title(f"scaling efficiency{about}")
     top = max([110.0] + [p.get_height() for p in ax.patches])
     ax.set_ylim(0, top * 1.3)
     ax.legend(loc="upper right", fontsize=8)
@@ -155,12 +173,13 @@ NO_EVALS = (
 )
 
 
-def time_to_accuracy(res: BenchResults, ax: Any = None):
+def time_to_accuracy(res: BenchResults, ax: Any = None, *, arch: str | None = None):
     """Time to accuracy: the held-out curves where the runs' directories hold them (one
     line per run, colour by strategy, dashed with 1 worker, the target as a line and each
     case's median time to it as an x), else each case's median seconds to the target as
     a bar with min-max whiskers, and why a case has none."""
     fig, ax = _axes(ax, (9, 4.2))
+    res, _ = _one_arch(res, arch)
     if res.has_evals:
         _curves(ax, res)
     elif any(c.eval_every for c in res.cases) or res.has_target_times:
@@ -244,13 +263,16 @@ def _target_bars(ax: Any, res: BenchResults) -> None:
 
 
 def save_png(res: BenchResults, path: str | Path) -> Path:
-    """:func:`throughput` and :func:`efficiency` side by side in one PNG (``bench.png``)."""
+    """:func:`throughput` and :func:`efficiency` side by side in one PNG (``bench.png``),
+    one row per architecture."""
     from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
 
-    fig = Figure(figsize=(18, 4.6), layout="constrained")
-    ax_rate, ax_eff = fig.subplots(1, 2)
-    throughput(res, ax_rate)
-    efficiency(res, ax_eff)
+    archs = res.archs
+    fig = Figure(figsize=(18, 4.6 * len(archs)), layout="constrained")
+    axes = fig.subplots(len(archs), 2, squeeze=False)
+    for (ax_rate, ax_eff), arch in zip(axes, archs, strict=True):
+        throughput(res, ax_rate, arch=arch)
+        efficiency(res, ax_eff, arch=arch)
     fig.suptitle(res.caption())
     path = Path(path)
     fig.savefig(path, dpi=100)

@@ -11,10 +11,12 @@ the planned cases before a run); the file itself is :mod:`ddlkit.bench.schema`.
 Speed-up and efficiency are recomputed here from the cases' median throughputs
 (:func:`ddlkit.bench.stats.scaling`), so every file, old or new, is read the same way:
 against the same strategy with one worker, and against one device without a strategy
-(``single-x1``). A number the benchmark did not measure stays ``None`` with its reason
-(shown as ``not measured: <reason>``); nothing is filled in. :func:`parse` is pure;
-:func:`load_results` also reads the held-out accuracy curves from the runs' directories
-(bench.json keeps only each run's time to the target).
+(``single-x1``), always among the cases of one architecture (``arch``: the CNN, or the
+small ResNet of ``ddlkit bench --resnet``; :meth:`BenchResults.of_arch`). A number the
+benchmark did not measure stays ``None`` with its reason (shown as ``not measured:
+<reason>``); nothing is filled in. :func:`parse` is pure; :func:`load_results` also reads
+the held-out accuracy curves from the runs' directories (bench.json keeps only each run's
+time to the target).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from ddlkit import contract
 from ddlkit._tables import html_table, text_table
 from ddlkit.bench import schema
+from ddlkit.bench.config import describe
 from ddlkit.bench.schema import BenchFile, CaseRecord, Spread
 from ddlkit.bench.stats import scaling
 from ddlkit.errors import ConfigError
@@ -65,6 +68,7 @@ class CaseSummary:
     target_note: str = ""  # why time_to_target is missing (or not every run reached it)
     foreign_cpu: Spread | None = None  # share of the case's cores other processes used
     eval_every: int = 0  # steps between held-out evaluations (0: none)
+    arch: str = "cnn"  # what was trained on `model`: "cnn" or "small_resnet"
     run_ids: tuple[str, ...] = ()
     evals: tuple[tuple[EvalPoint, ...], ...] = ()  # one held-out curve per run, if found
 
@@ -178,9 +182,23 @@ class BenchResults:
         return tuple(sorted({c.workers for c in self.cases}))
 
     @property
+    def archs(self) -> tuple[str, ...]:
+        """The architectures the cases trained, in the file's order (``"cnn"`` first)."""
+        return tuple(dict.fromkeys(c.arch for c in self.cases))
+
+    def of_arch(self, arch: str) -> BenchResults:
+        """These results with only the cases of `arch` (what a plot compares)."""
+        if arch not in self.archs:
+            raise ConfigError(
+                f"{self.path} has no {arch!r} cases. Fix: use one of {', '.join(self.archs)}."
+            )
+        return replace(self, cases=tuple(c for c in self.cases if c.arch == arch))
+
+    @property
     def single(self) -> CaseSummary | None:
-        """The one-device case without a strategy, if it was measured."""
-        return next((c for c in self.measured if c.strategy == "single"), None)
+        """The one-device case without a strategy of the first arch, if it was measured."""
+        first = self.archs[0]
+        return next((c for c in self.measured if (c.strategy, c.arch) == ("single", first)), None)
 
     @property
     def has_evals(self) -> bool:
@@ -295,7 +313,6 @@ class BenchResults:
     def summary(self) -> str:
         """One line per multi-worker case: the numbers that answer "which is faster"."""
         lines = []
-        single = self.single
         for c in self.cases:
             if c.workers == 1 and c.strategy != "single":
                 continue  # x1 cases: in the table (vs single-x1)
@@ -305,7 +322,7 @@ class BenchResults:
             parts = [f"{c.throughput.median:,.0f} examples/s"]
             if c.efficiency is not None and c.workers > 1:
                 parts.append(f"{c.speedup:.2f}x its own x1 ({c.efficiency:.0%} efficiency)")
-            if single is not None and c is not single:
+            if c.vs_single is not None and c.strategy != "single":
                 parts.append(f"{c.vs_single:.2f}x one device")
             if c.vs_ceiling is not None:
                 parts.append(f"{c.vs_ceiling:.2f} of the independent-x{c.workers} ceiling")
@@ -353,7 +370,7 @@ def plan_table(cases: Sequence[Any]) -> Table:
             str(c.steps),
             f"{c.batch} x {c.workers}",
             str(c.repeats),
-            f"{c.model} CNN",
+            describe(c.model, getattr(c, "arch", "cnn")),
             f"every {c.eval_every} steps" if getattr(c, "eval_every", 0) else "none",
             c.skip or "",
         )
@@ -400,6 +417,7 @@ def summary(rec: CaseRecord) -> CaseSummary:
         foreign_cpu=rec.foreign_cpu,
         unstable=rec.unstable or "",
         eval_every=rec.eval_every,
+        arch=rec.architecture,
         run_ids=tuple(r.run_id for r in rec.runs),
     )
 
@@ -425,13 +443,16 @@ def read_curves(runs_dir: Path, run_ids: Sequence[str]) -> tuple[tuple[EvalPoint
 
 
 def with_scaling(cases: Sequence[CaseSummary]) -> tuple[CaseSummary, ...]:
-    """The cases with speed-up, efficiency and vs-single from their median throughputs."""
-    rates = {(c.strategy, c.workers): c.throughput.median for c in cases if c.ok}
-    scale = scaling(rates)
-    single = rates.get(("single", 1))
-    reference = rates.get(("reference", 1))
+    """The cases with speed-up, efficiency and vs-single from their median throughputs,
+    each against the cases of its own arch only."""
     out = []
     for c in cases:
+        rates = {
+            (o.strategy, o.workers): o.throughput.median for o in cases if o.ok and o.arch == c.arch
+        }
+        scale = scaling(rates)
+        single = rates.get(("single", 1))
+        reference = rates.get(("reference", 1))
         s = scale.get((c.strategy, c.workers)) if c.ok else None
         vs = c.throughput.median / single if c.ok and single else None
         ceiling = rates.get(("independent", c.workers)) if c.workers > 1 else None

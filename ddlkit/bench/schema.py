@@ -45,6 +45,9 @@ bench.json (``SCHEMA_VERSION`` 3; every number is a plain float, None when absen
         repeat_ratio: float | None (max/min of the runs' examples_per_sec; schema 3),
         unstable: str | None (repeats that disagree, max/min > 1.10: how they split,
             "bimodal: ..." for two speeds; never averaged silently; schema 3),
+        arch: str (what was trained on `model`: "cnn", its tutorial CNN, or "small_resnet",
+            name "<strategy>-x<N>-resnet"; absent in older files: "cnn"; every ratio above
+            compares a case only with cases of its own arch; schema 3),
         comm: {share: float | None (0..1 of a step), ms_per_step: float | None,
                how: str (measured how, estimated how, or why not measured)},
         profile_run: a run as in runs | None (Horovod x2+: the extra run with the timeline
@@ -249,12 +252,13 @@ class CaseRecord:
     vs_ceiling: float | None = None
     repeat_ratio: float | None = None
     unstable: str | None = None
+    arch: str | None = None  # None: a file from before the field, whose cases are CNNs
 
     SPREADS = ("examples_per_sec", "step_time", "test_accuracy", "foreign_cpu", "seconds_to_target")
     REQUIRED = ("name", "strategy", "workers", "examples_per_sec", "step_time")
     # schema 3's fields: left out of the JSON while None, so older files read and write
     # back unchanged
-    OPTIONAL = ("vs_reference", "vs_ceiling", "repeat_ratio", "unstable")
+    OPTIONAL = ("vs_reference", "vs_ceiling", "repeat_ratio", "unstable", "arch")
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -268,6 +272,11 @@ class CaseRecord:
             "repeat_ratio",
         ):
             _number(getattr(self, name), f"case {self.name!r} {name}", optional=True)
+
+    @property
+    def architecture(self) -> str:
+        """What the case trained: ``arch``, or ``"cnn"`` in files written before it."""
+        return self.arch or "cnn"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -323,6 +332,7 @@ class CaseRecord:
                 vs_ceiling=_opt(raw.get("vs_ceiling")),
                 repeat_ratio=_opt(raw.get("repeat_ratio")),
                 unstable=_opt(raw.get("unstable") or None, str),
+                arch=_opt(raw.get("arch") or None, str),
                 **spreads,
             )
         except SchemaError as exc:

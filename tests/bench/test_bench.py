@@ -82,7 +82,7 @@ def test_case_arguments_fix_the_steps(tmp_path):
     case = BenchCase("multi_worker", 2, 40, batch=32)
     assert case.args() == [
         "--dataset", "mnist", "--epochs", "1", "--steps-per-epoch", "40", "--batch-size", "32",
-        "--eval-every", "0",
+        "--test-examples", str(config.TEST_EXAMPLES), "--eval-every", "0",
     ]  # fmt: skip
     evals = BenchCase("horovod", 2, 40, eval_every=10).args()
     assert evals[-4:] == ["--eval-every", "10", "--eval-examples", str(config.EVAL_EXAMPLES)]
@@ -98,6 +98,96 @@ def test_case_arguments_fix_the_steps(tmp_path):
     for strategy, script in config.SCRIPTS.items():
         assert (run.LAUNCH_DIR / script).is_file(), strategy
     assert "multi_worker" in case._repr_html_()
+
+
+def test_plan_resnet_adds_four_small_resnet_cases_on_cifar10_after_the_cnns():
+    every = ("single", "independent", "mirrored", "multi_worker", "horovod")
+    cases = plan_cases(True, 2, True, strategies=every, resnet=True)
+    cnn, resnet = cases[:-4], cases[-4:]
+    assert _names(cnn) == _names(plan_cases(True, 2, True, strategies=every))  # as before
+    assert _names(resnet) == [
+        "single-x1-resnet",
+        "independent-x2-resnet",
+        "multi_worker-x2-resnet",
+        "horovod-x2-resnet",
+    ]
+    assert {c.arch for c in cnn} == {"cnn"} and {c.arch for c in resnet} == {"small_resnet"}
+    steps = config.RESNET_STEPS["quick"]
+    assert {(c.model, c.steps, c.repeats, c.eval_every) for c in resnet} == {
+        ("cifar10", steps, 2, 0)
+    }
+    full = plan_cases(
+        False, 2, False, strategies=("single", "horovod"), resnet=True, resnet_steps=9
+    )
+    assert [(c.name, c.steps) for c in full[-2:]] == [
+        ("single-x1-resnet", 9),
+        ("horovod-x2-resnet", 9),
+    ]
+    assert "horovodrun was not found" in full[-1].skip
+    assert {c.arch for c in plan_cases(True, 2, True)} == {"cnn"}  # only when asked for
+    with pytest.raises(ConfigError, match="resnet_steps=9 without the ResNet cases.*resnet=True"):
+        plan_cases(True, 2, True, resnet_steps=9)
+
+
+def test_a_resnet_case_passes_model_small_resnet_and_checks_its_arch():
+    from ddlkit import models
+
+    case = BenchCase("horovod", 2, 30, model="cifar10", arch="small_resnet")
+    assert case.name == "horovod-x2-resnet" and BenchCase("horovod", 2, 30).name == "horovod-x2"
+    assert case.args() == [
+        "--dataset", "cifar10", "--epochs", "1", "--steps-per-epoch", "30", "--batch-size", "64",
+        "--test-examples", "2000", "--model", "small_resnet", "--eval-every", "0",
+    ]  # fmt: skip
+    assert "--model" not in BenchCase("horovod", 2, 30).args()  # the CNN's argv as before
+    assert ("model", "cifar10 small ResNet") in case.rows()
+    assert tuple(config.ARCHS) == models.ARCHS  # the arch names are the scripts' --model
+    with pytest.raises(ConfigError, match="unknown arch 'vgg'.*cnn, small_resnet"):
+        BenchCase("single", 1, 5, arch="vgg")
+    with pytest.raises(ConfigError, match="arch='cnn'"):
+        BenchCase("reference", 1, 5, arch="small_resnet")
+
+
+def test_resnet_cases_are_compared_only_with_resnet_cases(tmp_path):
+    resnet = {"model": "cifar10", "arch": "small_resnet"}
+    cases = [
+        BenchCase("single", 1, 20),
+        BenchCase("independent", 2, 20),
+        BenchCase("multi_worker", 2, 20),
+        BenchCase("single", 1, 8, **resnet),
+        BenchCase("independent", 2, 8, **resnet),
+        BenchCase("multi_worker", 2, 8, **resnet),
+        BenchCase("horovod", 2, 8, **resnet),
+    ]
+    res = run.BenchResult("b", tmp_path / "b", [run.CaseResult(c) for c in cases], (0, 1), 1)
+    m = lambda rate, step: stats.RunMeasure("r", rate, step, 0.5, 10.0)  # noqa: E731
+    measured = [(1000, 64), (1900, 67), (1500, 85), (100, 640), (200, 640), (190, 674)]
+    for c, (rate, ms) in zip(res.cases, measured, strict=False):  # examples/s, ms per step
+        c.runs = [m(float(rate), ms / 1000)]
+    res.cases[6].error = "rank 1 failed"
+    by = {c["name"]: c for c in json.loads(res.write().read_text())["cases"]}
+    assert (
+        by["multi_worker-x2"]["arch"] == "cnn" and by["single-x1-resnet"]["arch"] == "small_resnet"
+    )
+    mw = by["multi_worker-x2-resnet"]
+    assert mw["vs_ceiling"] == pytest.approx(0.95) and mw["vs_single"] == pytest.approx(1.9)
+    assert mw["comm"]["ms_per_step"] == pytest.approx(34.0)  # against the ResNet's single-x1
+    assert mw["speedup"] is None  # no multi_worker-x1-resnet: nothing of its own to scale from
+    assert by["independent-x2-resnet"]["speedup"] == pytest.approx(2.0)
+    assert by["multi_worker-x2"]["vs_ceiling"] == pytest.approx(1500 / 1900)
+    assert by["multi_worker-x2"]["comm"]["ms_per_step"] == pytest.approx(21.0)
+    assert (
+        by["single-x1-resnet"]["vs_single"] == 1.0 and by["horovod-x2-resnet"]["vs_single"] is None
+    )
+    shown = res.results()  # read back: the same pairs
+    assert shown.archs == ("cnn", "small_resnet")
+    assert shown.case("multi_worker-x2-resnet").vs_ceiling == pytest.approx(0.95)
+    assert shown.single.name == "single-x1"
+    assert [c.name for c in shown.of_arch("small_resnet").measured][-1] == "multi_worker-x2-resnet"
+    assert (
+        "multi_worker-x2-resnet: 190 examples/s, 1.90x one device, 0.95 of the" in shown.summary()
+    )
+    res.bench_dir.mkdir(parents=True, exist_ok=True)
+    assert plots.save_png(shown, res.plot_path).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_cores_per_worker_and_case_cores():
@@ -254,6 +344,9 @@ def test_cli_parser_defaults_and_choices():
     args = parser.parse_args(["bench", "--quick", "--strategies", "single", "horovod"])
     assert args.quick and args.strategies == ["single", "horovod"]
     assert args.repeats is None and args.steps is None
+    assert not args.resnet and args.resnet_steps is None
+    args = parser.parse_args(["bench", "--resnet", "--resnet-steps", "12"])
+    assert args.resnet and args.resnet_steps == 12
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--strategies", "ring"])
 

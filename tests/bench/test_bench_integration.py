@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from ddlkit.bench import plan_cases, run_bench
+from ddlkit import contract
+from ddlkit.bench import BenchCase, plan_cases, run_bench
+from ddlkit.bench.run import run_case_once
 
 
 @pytest.mark.slow
@@ -68,3 +70,13 @@ def test_horovod_cases_pin_each_rank_and_measure_allreduce_from_the_timeline(tmp
     assert two["runs"][0]["comm_ms_per_step"] is None  # measured runs without it
     assert (result.bench_dir / "timelines" / "horovod-x2.json").is_file()
     assert two["runs"][0]["evals"] == 2  # rank 0 evaluated at steps 0 and 20
+
+
+@pytest.mark.slow
+def test_a_resnet_case_trains_the_small_resnet_through_its_worker_script(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLKIT_OFFLINE", "1")  # CIFAR-10's stand-in without probing Keras' host
+    case = BenchCase("single", 1, 6, model="cifar10", arch="small_resnet")
+    m = run_case_once(case, cpus=(0,), runs_dir=tmp_path, timeout=300)
+    assert m.examples_per_sec > 0 and m.step_time > 0
+    (report,) = contract.read_results(tmp_path / m.run_id).values()
+    assert (report["model"], report["dataset"], report["steps"]) == ("small_resnet", "cifar10", 6)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import matplotlib
 import pytest
 from matplotlib.container import BarContainer
-from test_bench_results import case, document, spread
+from test_bench_results import case, document, resnet_document, spread
 
 from ddlkit.bench import plots
 from ddlkit.bench.results import EvalPoint, parse
@@ -72,9 +72,10 @@ def test_efficiency_bars_against_x1_and_single_with_the_reference_lines():
     single = bars["vs one device, no strategy (single-x1)"]
     # only multi_worker-x2 has an x1 to compare with; both x2 cases compare with single-x1
     assert [h for _, h in own] == [pytest.approx(80.0)]
-    assert [h for _, h in single] == [pytest.approx(40.0)]
+    assert [h for _, h in single] == [pytest.approx(40.0), pytest.approx(30.0)]
+    assert [x for x, _ in own] == [pytest.approx(-0.2)] and [x for x, _ in single] == [0.2, 1.2]
     labels = [t.get_text() for t in ax.get_xticklabels()]
-    assert labels == ["multi_worker-x2"]
+    assert labels == ["multi_worker-x2", "param_server-x2"]
     refs = lines(ax)
     assert not [label for label in refs if "ceiling" in label]  # no independent case
     assert tuple(refs["linear scaling (100%)"].get_ydata()) == (100, 100)
@@ -190,3 +191,22 @@ def test_a_strategy_without_x1_still_plots_its_throughput():
     ax = plots.throughput(parse(doc)).axes[0]
     assert containers(ax) == {"2 workers": [(0.0, 900.0)]}
     assert "one device" not in " ".join(lines(ax))
+
+
+def test_each_chart_shows_one_architecture():
+    res = parse(resnet_document())
+    cnn = plots.throughput(res).axes[0]
+    assert [h for _, h in containers(cnn)["2 workers"]] == [1600.0, 1200.0]  # no ResNet bar
+    assert "mnist CNN" in cnn.get_title()
+    ax = plots.throughput(res, arch="small_resnet").axes[0]
+    assert [h for _, h in containers(ax)["2 workers"]] == [380.0, 361.0]
+    assert tuple(lines(ax)["one device, no strategy (single-x1)"].get_ydata()) == (200.0, 200.0)
+    assert "cifar10 small ResNet" in ax.get_title()
+    eff = plots.efficiency(res, arch="small_resnet").axes[0]
+    labels = [t.get_text() for t in eff.get_xticklabels()]
+    assert labels == ["independent-x2-resnet", "multi_worker-x2-resnet"]
+    assert [h for _, h in containers(eff)["vs one device, no strategy (single-x1)"]] == [
+        pytest.approx(95.0),
+        pytest.approx(90.25),
+    ]
+    assert "cifar10" not in plots.throughput(parse(document())).axes[0].get_title()

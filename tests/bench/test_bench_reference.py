@@ -38,7 +38,8 @@ def test_the_reference_runs_first_once_on_mnist_without_evaluations():
     assert cases[0].name == "reference-x1" and cases[0].eval_every == 0
     assert cases[1].name == "single-x1" and cases[1].eval_every > 0
     assert cases[0].args() == [
-        "--dataset", "mnist", "--epochs", "1", "--steps-per-epoch", "50", "--batch-size", "64"
+        "--dataset", "mnist", "--epochs", "1", "--steps-per-epoch", "50", "--batch-size", "64",
+        "--test-examples", "2000",
     ]  # fmt: skip
     assert cases[0].script(Path("launch")).name == "bench_reference.py"
     assert cases[0].launch_strategy == cases[1].launch_strategy == "mirrored"

@@ -336,6 +336,33 @@ def test_summary_answers_per_multi_worker_case(tmp_path):
     assert len(lines) == 4  # x1 cases of the strategies are in the table, not the summary
 
 
+def resnet_document():
+    """document() with ResNet cases after the CNN's, as `ddlkit bench --resnet` writes them."""
+    resnet = {"model": "cifar10", "arch": "small_resnet", "eval_every": 0}
+    cases = [("single", 1, 200.0), ("independent", 2, 380.0), ("multi_worker", 2, 361.0)]
+    doc = document(schema=3)
+    doc["cases"] += [
+        case(s, n, rate, name=f"{s}-x{n}-resnet", **resnet) for s, n, rate in cases
+    ]  # fmt: skip
+    return doc
+
+
+def test_resnet_cases_are_compared_only_with_resnet_cases():
+    res = parse(resnet_document())
+    assert res.archs == ("cnn", "small_resnet") and res.single.name == "single-x1"
+    mw = res.case("multi_worker-x2-resnet")
+    assert mw.vs_single == pytest.approx(361 / 200) and mw.vs_ceiling == pytest.approx(0.95)
+    assert mw.speedup is None  # no multi_worker-x1-resnet; not the CNN's multi_worker-x1
+    assert res.case("independent-x2-resnet").efficiency == pytest.approx(0.95)
+    assert res.case("multi_worker-x2").vs_single == pytest.approx(0.8)  # the CNN's as before
+    assert res.case("multi_worker-x2").vs_ceiling is None  # no CNN independent-x2 here
+    cnn = res.of_arch("cnn")
+    assert [c.name for c in cnn.cases] == [c.name for c in parse(document()).cases]
+    assert "resnet" not in str(cnn) and "multi_worker-x2-resnet" in str(res)
+    with pytest.raises(ConfigError, match="no 'vgg' cases. Fix: use one of cnn, small_resnet"):
+        res.of_arch("vgg")
+
+
 def test_plan_table_shows_every_planned_case_before_it_runs():
     from ddlkit.bench.config import plan_cases
     from ddlkit.bench.results import plan_table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,10 @@ def test_every_record_round_trips_through_json():
         overhead=overhead,
         extra=(("host", "box"),),
     )
-    for record in (case, skipped, overhead, machine, case.runs[0], case.comm, case.step_time):
+    resnet = replace(case, name="horovod-x2-resnet", model="cifar10", arch="small_resnet")
+    assert resnet.to_json()["arch"] == "small_resnet" and resnet.architecture == "small_resnet"
+    assert "arch" not in case.to_json() and case.architecture == "cnn"  # as files before it
+    for record in (case, resnet, skipped, overhead, machine, case.runs[0], case.comm):
         assert type(record).from_json(json.loads(json.dumps(record.to_json()))) == record
     text = json.dumps(doc.to_json())
     assert BenchFile.from_json(json.loads(text)) == doc
@@ -92,6 +96,7 @@ def test_the_recorded_full_benchmark_still_reads():
     assert all(c.examples_per_sec is not None for c in doc.cases if not c.skipped)
     assert doc.overhead is not None and doc.overhead.ratio_median == raw["overhead"]["ratio_median"]
     assert doc.to_json() == raw  # written today as it was recorded
+    assert {c.architecture for c in doc.cases} == {"cnn"}  # no arch then: every case a CNN
 
 
 def test_records_check_themselves():

@@ -89,6 +89,33 @@ def test_eval_every_defaults_to_off_in_the_strategy_scripts():
     assert (args.eval_every, args.eval_examples) == (0, 2000)
 
 
+def test_model_flag_in_the_scripts_that_build_with_it_and_rejected_elsewhere():
+    import sys
+
+    sys.path.insert(0, str(LAUNCH))
+    try:
+        from _common import parse_args
+
+        assert parse_args([], "x", model_flag=True).model == "cnn"  # today's default
+        assert parse_args(["--model", "small_resnet"], "x", model_flag=True).model == "small_resnet"
+        assert parse_args([], "x").model == "cnn"  # scripts that always build the CNN
+        with pytest.raises(SystemExit):  # ... say so instead of ignoring the flag
+            parse_args(["--model", "small_resnet"], "x")
+    finally:
+        sys.path.remove(str(LAUNCH))
+    for name in (
+        "train_single.py",
+        "train_mirrored.py",
+        "train_multi_worker.py",
+        "train_horovod.py",
+    ):
+        text = (LAUNCH / name).read_text()
+        assert "model_flag=True" in text and "models.build(args.model, args.dataset" in text, name
+        assert "args.seed, args.model, examples=args.test_examples" in text, (
+            name
+        )  # test_accuracy rebuilds the same model
+
+
 def _parse(argv: list[str]):
     sys.path.insert(0, str(LAUNCH))
     try:
