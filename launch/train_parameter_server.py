@@ -45,10 +45,12 @@ from ddlkit.data import pipeline
 from ddlkit.errors import ConfigError
 
 # Steps per scheduled function. Measured (issue 14; 1 worker, 1 ps and the chief on one core,
-# 200 steps, against 1,184 examples/s without a strategy in the same minutes): 1 step per
-# schedule() and a join every 5 steps ran at 752 examples/s (0.63), joining every 20 at 930
-# (0.79), 10 steps per schedule() with a join every 20 at 1,044 (0.88). Each scheduled
-# function is a round trip chief -> worker; a join waits for the queue to drain.
+# 200 steps, back to back): 1 step per schedule() with a join every 5 steps ran at 752
+# examples/s, joining every 20 at 930, 10 steps per schedule() with a join every 20 at
+# 1,044. Each scheduled function is a round trip chief -> worker; a join waits for the queue
+# to drain. In the full benchmark parameter_server-x1 stays well below one device without a
+# strategy (0.69 of single-x1): every step still reads the weights from the ps and sends
+# its gradients back, and the three processes share the one core.
 STEPS_PER_CALL = 10
 
 
