@@ -19,7 +19,10 @@ started), 130 interrupted. Errors go to stderr as one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -184,7 +187,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if run.preflight is not None:
             print(run.preflight)
         print(f"run {run.run_id}: {args.strategy} x{args.workers}, logs in {run.run_dir}/logs")
-        result = _wait_with_progress(run, args.timeout)
+        with _ctrl_c_as_flag() as interrupted:
+            result = _wait_with_progress(run, args.timeout, interrupted)
     except KeyboardInterrupt:
         if run is not None:
             run.stop()  # wait() stops the workers itself, but Ctrl-C may land elsewhere
@@ -202,10 +206,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_with_progress(run, timeout: float | None):
+@contextlib.contextmanager
+def _ctrl_c_as_flag():
+    """While waiting, Ctrl-C (SIGINT) sets an Event that the wait loop checks, instead of
+    raising KeyboardInterrupt wherever the main thread happens to be: raised inside the
+    job's locks it could leave one held, and the CLI hung (seen twice in CI)."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted  # signals reach the main thread only
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _wait_with_progress(run, timeout: float | None, interrupted: threading.Event | None = None):
     deadline = None if timeout is None else time.monotonic() + timeout
     last = ""
     while True:
+        if interrupted is not None and interrupted.is_set():
+            raise KeyboardInterrupt  # here, at a known point: the caller stops the run
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             run.stop()
@@ -214,7 +236,7 @@ def _wait_with_progress(run, timeout: float | None):
                 f"Fix: raise --timeout, or read the logs in {run.run_dir}/logs."
             )
         try:
-            return run.wait(timeout=min(2.0, left) if left is not None else 2.0)
+            return run.wait(timeout=min(0.5, left) if left is not None else 0.5)
         except JobTimeoutError:
             pass
         line = "  ".join(

@@ -49,15 +49,21 @@ def _horovodrun(script: Path, *args: str, tmp_path: Path) -> str:
     horovodrun = plan.find_horovodrun(sys.executable)
     assert horovodrun, "Horovod is not installed. Fix: scripts/build-horovod.sh .venv/bin/python"
     argv = [horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script)]
-    proc = subprocess.run(
-        [*argv, *args],
-        env=no_ddlkit_env(tmp_path),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    output = proc.stdout + proc.stderr
+    for attempt in range(2):
+        proc = subprocess.run(
+            [*argv, *args],
+            env=no_ddlkit_env(tmp_path),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        output = proc.stdout + proc.stderr
+        # Once, under the parallel suite, Gloo's rendezvous between the ranks failed before
+        # any training ("gloo::IoException ... connect [127.0.0.1]:43394: Connection
+        # refused"; both ranks aborted): that one failure, and only once, is run again.
+        if proc.returncode == 0 or attempt or "gloo::IoException" not in output:
+            break
     assert proc.returncode == 0, output[-4000:]
     # horovodrun has returned; its ranks must be gone too.
     assert wait_until(lambda: not marked_pids(str(script)), timeout=10), marked_pids(str(script))
