@@ -81,6 +81,7 @@ _ALLREDUCE = """
     out["mpi"] = bool(hvd.mpi_enabled())
     with open(sys.argv[1] + f"/rank-{hvd.rank()}.json", "w") as f:
         json.dump(out, f)
+    hvd.shutdown()  # ends Horovod's background thread, which writes out the timeline
 """
 
 
