@@ -191,23 +191,26 @@ def held_out_evals(source, args: argparse.Namespace, x_test, y_test, global_batc
     return [cls(source, args.dataset, x, y, every, global_batch, seed, args.model)]
 
 
-def test_accuracy(
-    model, dataset: str, x_test, y_test, seed: int, arch: str = "cnn", *, examples: int = 0
-) -> float:
-    """Evaluate a copy of `model`'s weights on one device: the same answer on every worker.
+def final_test_set(args: argparse.Namespace, x_test, y_test):
+    """The images the final test accuracy is measured on: the first ``--test-examples``,
+    or all of them for 0."""
+    n = args.test_examples or len(x_test)
+    return x_test[:n], y_test[:n]
 
-    ``arch``: the ``--model`` it was built as (``models.build(arch, dataset)``); ``examples``
-    > 0: the first that many test images (``--test-examples``), 0: all."""
+
+def test_accuracy(model, args: argparse.Namespace, x_test, y_test) -> tuple[float, int]:
+    """A copy of `model`'s weights evaluated on one device, the same answer on every worker:
+    (accuracy, images evaluated). The copy is ``models.build(args.model, args.dataset)``;
+    the images, :func:`final_test_set`'s."""
     from ddlkit import models
     from ddlkit.data import pipeline
 
-    if examples:
-        x_test, y_test = x_test[:examples], y_test[:examples]
-    local = models.build(arch, dataset, seed=seed)
+    x_test, y_test = final_test_set(args, x_test, y_test)
+    local = models.build(args.model, args.dataset, seed=args.seed)
     local.set_weights(model.get_weights())
     models.compile_classifier(local)
     test = pipeline.make_dataset(x_test, y_test, batch_size=256, shuffle=False)
-    return float(local.evaluate(test, verbose=0)[1])
+    return float(local.evaluate(test, verbose=0)[1]), len(x_test)
 
 
 def report(result: dict) -> None:

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras, as the kit's scri
 os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "false"  # TF's default, which _common changes
 
 # isort: split
-from _common import parse_args, report
+from _common import final_test_set, parse_args, report
 
 from ddlkit import data, metrics  # loading MNIST offline, measuring, reporting
 
@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[reporter])
     seconds = time.perf_counter() - start
-    n_test = args.test_examples or len(x_test)  # --test-examples: the first n, 0: all
-    test = tf.data.Dataset.from_tensor_slices((x_test[:n_test, ..., None] / 255.0, y_test[:n_test]))
+    x_final, y_final = final_test_set(args, x_test, y_test)  # --test-examples: the first n
+    test = tf.data.Dataset.from_tensor_slices((x_final[..., None] / 255.0, y_final))
     test = test.map(lambda x, y: (tf.cast(x, tf.float32), y)).batch(256)
     accuracy = float(model.evaluate(test, verbose=0)[1])
     report(
         {
             "test_accuracy": accuracy,
-            "test_examples": n_test,
+            "test_examples": len(x_final),
             "train_seconds": seconds,
             "examples_per_sec": args.epochs * steps * args.batch_size / seconds,
             "replicas": 1,

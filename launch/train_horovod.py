@@ -75,15 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks
     )
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(
-        model, args.dataset, x_test, y_test, args.seed, args.model, examples=args.test_examples
-    )
+    accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
     examples = args.epochs * steps * global_batch
     weights = tf.add_n([tf.reduce_sum(tf.cast(w, tf.float64)) for w in model.weights])
     report(
         {
             "test_accuracy": accuracy,
-            "test_examples": args.test_examples or len(x_test),
+            "test_examples": tested,
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,  # all ranks together
             "replicas": ranks,

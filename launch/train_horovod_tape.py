@@ -97,13 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
     reporter.event("train_end", steps=step)
     reporter.close()
-    accuracy = test_accuracy(
-        model, args.dataset, x_test, y_test, args.seed, examples=args.test_examples
-    )
+    accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
     report(
         {
             "test_accuracy": accuracy,
-            "test_examples": args.test_examples or len(x_test),
+            "test_examples": tested,
             "train_seconds": seconds,
             "examples_per_sec": args.epochs * steps * global_batch / seconds,
             "replicas": ranks,

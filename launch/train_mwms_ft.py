@@ -114,15 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
         tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=1).save()
         faults.remove_write_dir(args.checkpoint_dir, task_type, task_id)  # [dist]
-    accuracy = test_accuracy(
-        model, args.dataset, x_test, y_test, args.seed, examples=args.test_examples
-    )
+    accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
     initial_epoch = getattr(reporter, "initial_epoch", 0)  # after a restore: last backup + 1
     examples = (args.epochs - initial_epoch) * steps * global_batch
     report(
         {
             "test_accuracy": accuracy,
-            "test_examples": args.test_examples or len(x_test),
+            "test_examples": tested,
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,  # all workers together
             "replicas": replicas,

@@ -38,7 +38,7 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 # isort: split
 import numpy as np
 import tensorflow as tf
-from _common import parse_args, report
+from _common import final_test_set, parse_args, report
 
 from ddlkit import data, metrics, models, ps
 from ddlkit.data import pipeline
@@ -275,12 +275,12 @@ def main(argv: list[str] | None = None) -> int:
             metrics={"staleness_mean": summary.mean, "staleness_max": summary.max},
         )
     reporter.event("train_end", steps=done)
-    n_test = args.test_examples or len(x_test)  # --test-examples
-    _, test_accuracy = evaluate(model, x_test[:n_test], y_test[:n_test])
+    x_final, y_final = final_test_set(args, x_test, y_test)  # --test-examples
+    _, test_accuracy = evaluate(model, x_final, y_final)
     report(
         {
             "test_accuracy": test_accuracy,
-            "test_examples": args.test_examples or len(x_test),
+            "test_examples": len(x_final),
             "train_seconds": train_seconds,
             "examples_per_sec": done * args.batch_size / train_seconds,
             "steps": done,

@@ -37,14 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[reporter, *evals],
     )
     seconds = time.perf_counter() - start
-    accuracy = test_accuracy(
-        model, args.dataset, x_test, y_test, args.seed, args.model, examples=args.test_examples
-    )
+    accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
     examples = args.epochs * steps * args.batch_size
     report(
         {
             "test_accuracy": accuracy,
-            "test_examples": args.test_examples or len(x_test),
+            "test_examples": tested,
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,
             "replicas": 1,

@@ -58,14 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     # Evaluating workers count the seconds of training steps only (as the PS chief does);
     # the others the whole fit call.
     seconds = callbacks[-1].train_seconds if len(callbacks) > 1 else time.perf_counter() - start
-    accuracy = test_accuracy(
-        model, args.dataset, x_test, y_test, args.seed, examples=args.test_examples
-    )
+    accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
     examples = args.epochs * steps * global_batch
     report(
         {
             "test_accuracy": accuracy,
-            "test_examples": args.test_examples or len(x_test),
+            "test_examples": tested,
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,  # all workers together
             "steps": args.epochs * steps,

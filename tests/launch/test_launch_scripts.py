@@ -111,7 +111,7 @@ def test_model_flag_in_the_scripts_that_build_with_it_and_rejected_elsewhere():
     ):
         text = (LAUNCH / name).read_text()
         assert "model_flag=True" in text and "models.build(args.model, args.dataset" in text, name
-        assert "args.seed, args.model, examples=args.test_examples" in text, (
+        assert "test_accuracy(model, args, x_test, y_test)" in text, (
             name
         )  # test_accuracy rebuilds the same model
 
