@@ -7,6 +7,9 @@ no browser under nbval). Set them yourself to override.
 
 import os
 
+# `--cpu-report FILE`: each test file's CPU seconds, its worker processes' included.
+pytest_plugins = ["tests.harness.cpu_report"]
+
 os.environ.setdefault("DDLKIT_FAST", "1")
 os.environ.setdefault("DDLKIT_PLOTS", "static")
 

@@ -1,0 +1,129 @@
+"""``pytest --cpu-report FILE``: the CPU seconds each test file costs, not only its wall time.
+
+``--durations`` gives wall seconds, which under ``-n 3`` on 2 cores mostly measure how busy
+the *other* files kept the machine. This plugin writes one JSON line per test file to FILE
+(emptied first): the CPU seconds (user + system) of the pytest process that ran it plus
+every child process it waited for (worker processes, ``horovodrun`` and its ranks, notebook
+kernels and what they started), and its wall seconds. At the end it prints the files that
+cost most.
+
+What it cannot see: processes that nobody in pytest waits for. A daemon's children (jobs
+that ``slurmd`` starts, Spark's executors, sessions under a user-mode ``sshd`` that the
+test leaves running) are counted where the daemon is reaped, or not at all.
+
+    .venv/bin/python -m pytest -n 3 --dist loadfile --cpu-report /tmp/cpu.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+TOP = 15  # files in the closing summary
+
+
+@dataclass(frozen=True)
+class FileCost:
+    """One test file's cost, as one line of the report."""
+
+    file: str
+    tests: int
+    cpu: float  # pytest's own CPU seconds + waited-for children's, while the file ran
+    children_cpu: float
+    wall: float
+    pid: int  # the pytest (or xdist worker) process that ran it
+
+
+def _cpu() -> tuple[float, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+class CpuReport:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.current: str | None = None
+        self.tests = 0
+        self.start = (0.0, 0.0, 0.0)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item) -> None:
+        name = _file(item.nodeid)
+        if name != self.current:
+            self.current, self.tests = name, 0
+            self.start = (*_cpu(), time.monotonic())
+        self.tests += 1
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        yield  # after the teardown: the file's module fixtures are finalised with its last test
+        if nextitem is not None and _file(nextitem.nodeid) == self.current:
+            return
+        own0, kids0, wall0 = self.start
+        own, kids = _cpu()
+        cost = FileCost(
+            self.current or _file(item.nodeid),
+            self.tests,
+            round(own - own0 + kids - kids0, 2),
+            round(kids - kids0, 2),
+            round(time.monotonic() - wall0, 2),
+            os.getpid(),
+        )
+        with self.path.open("a") as out:  # one short line per write: O_APPEND keeps it whole
+            out.write(json.dumps(asdict(cost)) + "\n")
+        self.current = None
+
+
+def read(path: Path) -> list[FileCost]:
+    """The report's lines, most CPU first."""
+    rows = [FileCost(**json.loads(line)) for line in path.read_text().splitlines() if line]
+    return sorted(rows, key=lambda r: -r.cpu)
+
+
+def summary(rows: list[FileCost], top: int = TOP) -> list[str]:
+    total = sum(r.cpu for r in rows)
+    lines = [f"CPU by test file: {total:,.0f} s in {len(rows)} files (cpu s, wall s, tests)"]
+    for r in rows[:top]:
+        share = r.cpu / total if total else 0.0
+        lines.append(f"{r.cpu:8.1f} {share:6.1%} {r.wall:8.1f} {r.tests:4d}  {r.file}")
+    return lines
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--cpu-report",
+        metavar="FILE",
+        help="append each test file's CPU seconds (its processes' included) to FILE as JSON "
+        "lines, and print the costliest files at the end",
+    )
+
+
+def pytest_configure(config) -> None:
+    path = config.getoption("--cpu-report")
+    if not path:
+        return
+    path = Path(path).resolve()
+    if not hasattr(config, "workerinput"):  # the run's first process: a new report
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    config.pluginmanager.register(CpuReport(path), "ddlkit-cpu-report")
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    path = config.getoption("--cpu-report")
+    if not path or hasattr(config, "workerinput"):  # the xdist controller (or plain pytest) sums
+        return
+    if Path(path).is_file():
+        for line in summary(read(Path(path))):
+            terminalreporter.write_line(line)
