@@ -96,7 +96,7 @@ def test_the_recorded_full_benchmark_still_reads():
     assert all(c.examples_per_sec is not None for c in doc.cases if not c.skipped)
     assert doc.overhead is not None and doc.overhead.ratio_median == raw["overhead"]["ratio_median"]
     assert doc.to_json() == raw  # written today as it was recorded
-    assert {c.architecture for c in doc.cases} == {"cnn"}  # no arch then: every case a CNN
+    assert {c.architecture for c in doc.cases} == {"cnn", "small_resnet"}  # ddlkit bench --resnet
 
 
 def test_records_check_themselves():
