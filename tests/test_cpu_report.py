@@ -1,4 +1,4 @@
-"""`pytest --cpu-report FILE` (tests/harness/cpu_report.py), run on a small suite of its own."""
+"""DDLKIT_CPU_REPORT=FILE (tests/harness/cpu_report.py), on a small suite of its own."""
 
 from __future__ import annotations
 
@@ -38,15 +38,17 @@ def test_each_file_gets_its_cpu_with_its_children_and_the_costliest_come_first(t
     (suite / "test_burns.py").write_text(BURNS)
     (suite / "test_idle.py").write_text(IDLE)
     report = tmp_path / "cpu.jsonl"
-    report.write_text("a line of an earlier run\n")  # each run starts a new report
+    old = '{"file": "test_x.py", "tests": 1, "cpu": 0.5, "children_cpu": 0, "wall": 1, "pid": 1}'
+    report.write_text(old + "\n")  # a line of an earlier session: kept, and summed
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "harness.cpu_report", "-n", "2", "--dist",
-         "loadfile", "--cpu-report", str(report), "-p", "no:cacheprovider", str(suite)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(HARNESS)}, capture_output=True,
-        text=True, timeout=120,
+         "loadfile", "-p", "no:cacheprovider", str(suite)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(HARNESS), "DDLKIT_CPU_REPORT":
+        str(report)}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    burns, idle = read(report)  # most CPU first
+    burns, earlier, idle = read(report)  # most CPU first
+    assert earlier.file == "test_x.py"
     assert (Path(burns.file).name, burns.tests) == ("test_burns.py", 2)
     assert (Path(idle.file).name, idle.tests) == ("test_idle.py", 1)
     assert BURN <= burns.children_cpu <= burns.cpu  # the child's CPU, counted once it was reaped

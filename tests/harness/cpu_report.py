@@ -1,17 +1,22 @@
-"""``pytest --cpu-report FILE``: the CPU seconds each test file costs, not only its wall time.
+"""``DDLKIT_CPU_REPORT=FILE``: the CPU seconds each test file costs, not only its wall time.
 
 ``--durations`` gives wall seconds, which under ``-n 3`` on 2 cores mostly measure how busy
-the *other* files kept the machine. This plugin writes one JSON line per test file to FILE
-(emptied first): the CPU seconds (user + system) of the pytest process that ran it plus
-every child process it waited for (worker processes, ``horovodrun`` and its ranks, notebook
-kernels and what they started), and its wall seconds. At the end it prints the files that
-cost most.
+the *other* files kept the machine. With ``DDLKIT_CPU_REPORT`` set, this plugin appends one
+JSON line per test file to FILE (delete it to start over): the CPU seconds (user + system)
+of the pytest process that ran it plus every child process it waited for (worker
+processes, ``horovodrun`` and its ranks, notebook kernels and what they started), and its
+wall seconds. At the end of a session it prints the files that cost most, from all of
+FILE's lines (``make test`` runs two sessions: notebook 00, then the rest).
 
 What it cannot see: processes that nobody in pytest waits for. A daemon's children (jobs
 that ``slurmd`` starts, Spark's executors, sessions under a user-mode ``sshd`` that the
 test leaves running) are counted where the daemon is reaped, or not at all.
 
-    .venv/bin/python -m pytest -n 3 --dist loadfile --cpu-report /tmp/cpu.jsonl
+    DDLKIT_CPU_REPORT=/tmp/cpu.jsonl make test
+
+An environment variable, not a pytest option: xdist's workers re-parse the command line
+before the root conftest (which loads this plugin) has registered any option, so an
+option's value would be taken for a test path there.
 """
 
 from __future__ import annotations
@@ -100,28 +105,17 @@ def summary(rows: list[FileCost], top: int = TOP) -> list[str]:
     return lines
 
 
-def pytest_addoption(parser) -> None:
-    parser.addoption(
-        "--cpu-report",
-        metavar="FILE",
-        help="append each test file's CPU seconds (its processes' included) to FILE as JSON "
-        "lines, and print the costliest files at the end",
-    )
+ENV = "DDLKIT_CPU_REPORT"
 
 
 def pytest_configure(config) -> None:
-    path = config.getoption("--cpu-report")
-    if not path:
-        return
-    path = Path(path).resolve()
-    if not hasattr(config, "workerinput"):  # the run's first process: a new report
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
-    config.pluginmanager.register(CpuReport(path), "ddlkit-cpu-report")
+    path = os.environ.get(ENV)
+    if path:
+        config.pluginmanager.register(CpuReport(Path(path).resolve()), "ddlkit-cpu-report")
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
-    path = config.getoption("--cpu-report")
+    path = os.environ.get(ENV)
     if not path or hasattr(config, "workerinput"):  # the xdist controller (or plain pytest) sums
         return
     if Path(path).is_file():
