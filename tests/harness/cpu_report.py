@@ -8,9 +8,9 @@ processes, ``horovodrun`` and its ranks, notebook kernels and what they started)
 wall seconds. At the end of a session it prints the files that cost most, from all of
 FILE's lines (``make test`` runs two sessions: notebook 00, then the rest).
 
-What it cannot see: processes that nobody in pytest waits for. A daemon's children (jobs
-that ``slurmd`` starts, Spark's executors, sessions under a user-mode ``sshd`` that the
-test leaves running) are counted where the daemon is reaped, or not at all.
+A process is counted when it is reaped, so a session-scoped fixture's processes (the Spark
+cluster of tests/spark/conftest.py, and the training it ran) land in the last file its
+xdist worker ran; processes nobody in pytest waits for are not counted at all.
 
     DDLKIT_CPU_REPORT=/tmp/cpu.jsonl make test
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+ENV = "DDLKIT_CPU_REPORT"  # the report's path
 TOP = 15  # files in the closing summary
 
 
@@ -78,7 +79,7 @@ class CpuReport:
         own0, kids0, wall0 = self.start
         own, kids = _cpu()
         cost = FileCost(
-            self.current or _file(item.nodeid),
+            _file(item.nodeid),
             self.tests,
             round(own - own0 + kids - kids0, 2),
             round(kids - kids0, 2),
@@ -98,14 +99,11 @@ def read(path: Path) -> list[FileCost]:
 
 def summary(rows: list[FileCost], top: int = TOP) -> list[str]:
     total = sum(r.cpu for r in rows)
-    lines = [f"CPU by test file: {total:,.0f} s in {len(rows)} files (cpu s, wall s, tests)"]
+    lines = [f"CPU by test file: {total:,.0f} s in {len(rows)} files (CPU s, share, wall s, tests)"]
     for r in rows[:top]:
         share = r.cpu / total if total else 0.0
         lines.append(f"{r.cpu:8.1f} {share:6.1%} {r.wall:8.1f} {r.tests:4d}  {r.file}")
     return lines
-
-
-ENV = "DDLKIT_CPU_REPORT"
 
 
 def pytest_configure(config) -> None:
