@@ -7,7 +7,7 @@ no browser under nbval). Set them yourself to override.
 
 import os
 
-# `--cpu-report FILE`: each test file's CPU seconds, its worker processes' included.
+# DDLKIT_CPU_REPORT=FILE: each test file's CPU seconds, its worker processes' included.
 pytest_plugins = ["tests.harness.cpu_report"]
 
 os.environ.setdefault("DDLKIT_FAST", "1")
