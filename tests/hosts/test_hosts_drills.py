@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 from harness.hosts import demo_hosts
-from harness.procutil import alive
+from harness.procutil import alive, wait_until
 
 from ddlkit import hosts
 from ddlkit.errors import DdlkitError, JobTimeoutError
@@ -47,7 +47,8 @@ def test_an_occupied_port_is_busy_on_that_host_only_and_freed_after(cluster):
 def test_wait_idle_names_the_busy_host_then_returns_when_it_is_idle(cluster):
     assert drills.wait_idle(cluster, timeout=5) == [[], []]
     sleeper = subprocess.Popen(cluster.hosts[0].exec_argv(["sleep", "60"]))
-    try:
+    try:  # busy once the sleeper runs on the host (starting it there takes a moment)
+        assert wait_until(lambda: cluster.processes(0), 10), "the sleeper never started"
         with pytest.raises(JobTimeoutError, match=cluster.addresses[0]):
             drills.wait_idle(cluster, timeout=1)
     finally:
