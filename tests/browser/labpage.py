@@ -103,11 +103,17 @@ def read_output(output: Locator) -> OutputState:
 @dataclass
 class RendersChange:
     """Holds once the output's images were seen in ``times`` different pixel states,
-    each with at least ``images`` decoded images and every string of ``texts`` shown."""
+    each with at least ``images`` decoded images and every string of ``texts`` shown.
+
+    With ``new_text`` a state counts only when its text differs from every state
+    seen as well: a cell that sets an image and then a label is read between the
+    two now and then, and that in-between state must not count as a render.
+    """
 
     times: int = 4
     texts: tuple[str, ...] = ()
     images: int = 1
+    new_text: bool = False
     seen: list[OutputState] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -120,7 +126,11 @@ class RendersChange:
     def __call__(self, output: Locator) -> bool:
         state = read_output(output)
         complete = len(state.images) >= self.images and all(t in state.text for t in self.texts)
-        if complete and all(state.images != s.images for s in self.seen):
+        new = all(
+            state.images != s.images and (not self.new_text or state.text != s.text)
+            for s in self.seen
+        )
+        if complete and new:
             self.seen.append(state)
         return len(self.seen) >= self.times
 
