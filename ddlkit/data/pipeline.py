@@ -47,6 +47,16 @@ import numpy as np
 from ddlkit.backend import active_flavour, keras, tf
 from ddlkit.errors import ConfigError
 
+# tf.data's autotuning model (options.autotune.enabled). Off: in TensorFlow 2.21 the end of
+# every model.fit waited for the model's optimisation thread before returning, 0-15 s on
+# this 2-core machine (issue 14: gdb showed the main thread in the iterator's destructor,
+# joining that thread), and autotuning bought no speed here: the MNIST CNN on one pinned
+# core ran 1,776-1,984 examples/s without it, 1,839-2,034 with it (3 fits each, 2 process
+# starts). AUTOTUNE in map and prefetch still work: map runs one call per core, prefetch
+# sizes its buffer on its own. Set it True for pipelines that decode or augment, where
+# autotuned parallelism pays.
+AUTOTUNE_MODEL = False
+
 
 def _check_positive_int(name: str, value: Any, hint: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -100,6 +110,7 @@ class PipelineConfig:
     shard_index: int = 0
     drop_remainder: bool = False
     normalize: bool = True
+    autotune: bool = AUTOTUNE_MODEL  # tf.data's autotuning model, see AUTOTUNE_MODEL
 
     def __post_init__(self) -> None:
         _check_positive_int("batch_size", self.batch_size, "the per-replica batch size, e.g. 64")
@@ -223,12 +234,14 @@ def _build(x: np.ndarray, y: np.ndarray, config: PipelineConfig):
     options.experimental_distribute.auto_shard_policy = (
         policy.OFF if config.num_shards > 1 else policy.DATA
     )
+    options.autotune.enabled = config.autotune
     return ds.with_options(options)
 
 
 def _per_input_pipeline(x: np.ndarray, y: np.ndarray, global_batch: int, **options: Any):
     """A ``fn(input_context)`` giving input pipeline ``input_pipeline_id`` its shard,
-    batched by its replicas' share of ``global_batch`` (TensorFlow calls it per worker)."""
+    batched by its replicas' share of ``global_batch`` (TensorFlow calls it per worker,
+    or per replica with :func:`input_options`)."""
 
     def fn(input_context):
         return _build(
@@ -326,7 +339,42 @@ def for_strategy(
         drop_remainder=drop_remainder,
         normalize=normalize,
     )
-    return strategy.distribute_datasets_from_function(per_worker)
+    return strategy.distribute_datasets_from_function(per_worker, options=input_options(strategy))
+
+
+def per_replica_input(strategy_kind: str, device_types: tuple[str, ...]) -> bool:
+    """Whether a strategy's replicas get an input pipeline each, read where it runs (pure).
+
+    TensorFlow's default for a worker's replicas, one pipeline whose batches a
+    ``MultiDeviceIterator`` copies to each device, is what GPUs need; on CPU devices it
+    only adds a thread hop per batch, and its per-device data sets keep tf.data's
+    autotuning on: every ``model.fit`` under MirroredStrategy then paused 4-15 s before
+    returning (issue 14). TensorFlow offers a pipeline per replica to MirroredStrategy
+    only, so MultiWorkerMirroredStrategy keeps the default.
+
+    >>> per_replica_input("mirrored", ("CPU", "CPU"))
+    True
+    >>> per_replica_input("mirrored", ("GPU", "GPU")), per_replica_input("multi_worker", ("CPU",))
+    (False, False)
+    """
+    return strategy_kind == "mirrored" and all(t == "CPU" for t in device_types)
+
+
+def input_options(strategy: Any):
+    """The ``tf.distribute.InputOptions`` :func:`for_strategy` uses: a pipeline per replica
+    (:func:`per_replica_input`), else TensorFlow's default (``None``)."""
+    tf_ = tf()
+    kind = "mirrored" if isinstance(strategy, tf_.distribute.MirroredStrategy) else "other"
+    types = tuple(
+        tf_.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices
+    )
+    if not per_replica_input(kind, types):
+        return None
+    return tf_.distribute.InputOptions(
+        experimental_replication_mode=tf_.distribute.InputReplicationMode.PER_REPLICA,
+        experimental_place_dataset_on_device=True,  # each replica's pipeline on its device
+        experimental_fetch_to_device=False,  # so no copy from the host is left to make
+    )
 
 
 def for_horovod(
@@ -387,8 +435,18 @@ def dataset_fn(
     x, y = _as_arrays(x, y)
     PipelineConfig(batch_size=global_batch, shuffle=shuffle, seed=seed, normalize=normalize)
 
+    # Autotuning stays on here: a PS worker's iterator lives as long as the worker, so no
+    # fit waits for it at its end, and parameter_server-x1 ran 1,497 examples/s with it
+    # against 1,437 without (ddlkit bench --quick, 2 benchmarks of each, issue 14).
     return _per_input_pipeline(
-        x, y, global_batch, shuffle=shuffle, seed=seed, repeat=True, normalize=normalize
+        x,
+        y,
+        global_batch,
+        shuffle=shuffle,
+        seed=seed,
+        repeat=True,
+        normalize=normalize,
+        autotune=True,
     )
 
 

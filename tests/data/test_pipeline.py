@@ -172,6 +172,24 @@ def test_auto_shard_policy_is_off_when_sharded_by_hand():
     assert policy_of(pl.make_dataset(x, y, batch_size=2)) == policy.DATA
 
 
+def test_kit_pipelines_leave_tf_data_autotuning_off_except_for_parameter_servers():
+    x, y = indexed(10)
+    horovod = pl.for_horovod(x, y, per_replica_batch=2, rank=0, size=2)
+    for ds in (pl.make_dataset(x, y, batch_size=2), horovod):
+        assert ds.options().autotune.enabled is pl.AUTOTUNE_MODEL is False
+    ps = pl.dataset_fn(x, y, global_batch=2)(tf().distribute.InputContext())
+    assert ps.options().autotune.enabled is True
+
+
+def test_only_mirrored_strategy_on_cpus_gets_a_pipeline_per_replica():
+    assert pl.per_replica_input("mirrored", ("CPU",))
+    assert pl.per_replica_input("mirrored", ("CPU", "CPU"))
+    # GPUs keep TensorFlow's prefetch to the device; TF has no per-replica input for MWMS.
+    assert not pl.per_replica_input("mirrored", ("GPU", "GPU"))
+    assert not pl.per_replica_input("mirrored", ("CPU", "GPU"))
+    assert not pl.per_replica_input("multi_worker", ("CPU",))
+
+
 def test_bad_data_is_refused_naming_the_fix():
     x, y = indexed(10)
     with pytest.raises(ConfigError, match="10 examples cannot be split into num_shards=11"):
@@ -295,8 +313,11 @@ MIRRORED = (
     train = pl.for_strategy(strategy, x, y, per_replica_batch=8, seed=0, repeat=True)
     steps = pl.steps_per_epoch(len(x), pl.global_batch_size(8, strategy.num_replicas_in_sync))
     history = model.fit(train, epochs=2, steps_per_epoch=steps, verbose=0).history
+    options = pl.input_options(strategy)
     print(json.dumps({
         "replicas": strategy.num_replicas_in_sync,
+        "mode": options.experimental_replication_mode.value,
+        "devices": [p.device[-5:] for p in strategy.experimental_local_results(images)],
         "global": pl.global_batch_size(8, strategy.num_replicas_in_sync),
         "shapes": shapes,
         "indices": indices,
@@ -311,6 +332,8 @@ MIRRORED = (
 def test_for_strategy_under_mirrored_strategy_with_two_cpus():
     out = run_script(MIRRORED)
     assert out["replicas"] == 2 and out["global"] == 16
+    # A pipeline per replica, on the replica's own device (pl.input_options).
+    assert out["mode"] == "PER_REPLICA" and out["devices"] == ["CPU:0", "CPU:1"]
     assert out["shapes"] == [[[8, 28, 28, 1], [8, 28, 28, 1]]] * 5, "80 / 16 = 5 steps"
     assert sorted(out["indices"]) == list(range(80)), "each example once per epoch"
     assert len(out["losses"]) == 2 and np.isfinite(out["losses"]).all(), "model.fit trains on it"
@@ -346,6 +369,7 @@ MULTI_WORKER = HELPERS + textwrap.dedent(
     whole = pl.make_dataset(x, y, batch_size=16, shuffle=False)
     print(json.dumps({"replicas": strategy.num_replicas_in_sync, "sizes": sizes,
                       "indices": indices, "task": task,
+                      "default_input": pl.input_options(strategy) is None,
                       "by_hand": seen(strategy.experimental_distribute_dataset(by_hand)),
                       "whole": seen(strategy.experimental_distribute_dataset(whole))}))
     """
@@ -380,6 +404,7 @@ def test_for_strategy_shards_across_two_multi_worker_processes():
                 proc.kill()
                 proc.wait(timeout=10)
     assert [r["replicas"] for r in results] == [2, 2]
+    assert all(r["default_input"] for r in results), "one pipeline per worker, TF's default"
     # 50 examples per worker in batches of 8: six full batches and one of 2.
     assert [r["sizes"] for r in results] == [[8] * 6 + [2]] * 2
     a, b = (set(r["indices"]) for r in results)
