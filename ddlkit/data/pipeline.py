@@ -342,33 +342,34 @@ def for_strategy(
     return strategy.distribute_datasets_from_function(per_worker, options=input_options(strategy))
 
 
-def per_replica_input(strategy_kind: str, device_types: tuple[str, ...]) -> bool:
+def per_replica_input(device_types: tuple[str, ...], *, offered: bool) -> bool:
     """Whether a strategy's replicas get an input pipeline each, read where it runs (pure).
 
+    ``offered``: the strategy takes ``InputReplicationMode.PER_REPLICA`` (TensorFlow's
+    MirroredStrategy does; MultiWorkerMirroredStrategy does not, and keeps the default).
     TensorFlow's default for a worker's replicas, one pipeline whose batches a
     ``MultiDeviceIterator`` copies to each device, is what GPUs need; on CPU devices it
     only adds a thread hop per batch, and its per-device data sets keep tf.data's
     autotuning on: every ``model.fit`` under MirroredStrategy then paused 4-15 s before
-    returning (issue 14). TensorFlow offers a pipeline per replica to MirroredStrategy
-    only, so MultiWorkerMirroredStrategy keeps the default.
+    returning (issue 14).
 
-    >>> per_replica_input("mirrored", ("CPU", "CPU"))
+    >>> per_replica_input(("CPU", "CPU"), offered=True)
     True
-    >>> per_replica_input("mirrored", ("GPU", "GPU")), per_replica_input("multi_worker", ("CPU",))
+    >>> per_replica_input(("GPU", "GPU"), offered=True), per_replica_input(("CPU",), offered=False)
     (False, False)
     """
-    return strategy_kind == "mirrored" and all(t == "CPU" for t in device_types)
+    return offered and all(t == "CPU" for t in device_types)
 
 
 def input_options(strategy: Any):
     """The ``tf.distribute.InputOptions`` :func:`for_strategy` uses: a pipeline per replica
     (:func:`per_replica_input`), else TensorFlow's default (``None``)."""
     tf_ = tf()
-    kind = "mirrored" if isinstance(strategy, tf_.distribute.MirroredStrategy) else "other"
+    offered = isinstance(strategy, tf_.distribute.MirroredStrategy)
     types = tuple(
         tf_.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices
     )
-    if not per_replica_input(kind, types):
+    if not per_replica_input(types, offered=offered):
         return None
     return tf_.distribute.InputOptions(
         experimental_replication_mode=tf_.distribute.InputReplicationMode.PER_REPLICA,

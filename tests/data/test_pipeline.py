@@ -182,12 +182,12 @@ def test_kit_pipelines_leave_tf_data_autotuning_off_except_for_parameter_servers
 
 
 def test_only_mirrored_strategy_on_cpus_gets_a_pipeline_per_replica():
-    assert pl.per_replica_input("mirrored", ("CPU",))
-    assert pl.per_replica_input("mirrored", ("CPU", "CPU"))
+    assert pl.per_replica_input(("CPU",), offered=True)
+    assert pl.per_replica_input(("CPU", "CPU"), offered=True)
     # GPUs keep TensorFlow's prefetch to the device; TF has no per-replica input for MWMS.
-    assert not pl.per_replica_input("mirrored", ("GPU", "GPU"))
-    assert not pl.per_replica_input("mirrored", ("CPU", "GPU"))
-    assert not pl.per_replica_input("multi_worker", ("CPU",))
+    assert not pl.per_replica_input(("GPU", "GPU"), offered=True)
+    assert not pl.per_replica_input(("CPU", "GPU"), offered=True)
+    assert not pl.per_replica_input(("CPU",), offered=False)
 
 
 def test_bad_data_is_refused_naming_the_fix():
