@@ -53,8 +53,9 @@ from ddlkit.errors import ConfigError
 # joining that thread), and autotuning bought no speed here: the MNIST CNN on one pinned
 # core ran 1,776-1,984 examples/s without it, 1,839-2,034 with it (3 fits each, 2 process
 # starts). AUTOTUNE in map and prefetch still work: map runs one call per core, prefetch
-# sizes its buffer on its own. Set it True for pipelines that decode or augment, where
-# autotuned parallelism pays.
+# sizes its buffer on its own. Read once, as the default of PipelineConfig.autotune
+# (dataset_fn passes True: see there); pipelines that decode or augment, where autotuned
+# parallelism pays, would want it on.
 AUTOTUNE_MODEL = False
 
 
