@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ddlkit.backend import active_flavour, keras, tf
+from ddlkit.data import device_iterators
 from ddlkit.errors import ConfigError
 
 # tf.data's autotuning model (options.autotune.enabled). Off: in TensorFlow 2.21 the end of
@@ -340,7 +341,10 @@ def for_strategy(
         drop_remainder=drop_remainder,
         normalize=normalize,
     )
-    return strategy.distribute_datasets_from_function(per_worker, options=input_options(strategy))
+    options = input_options(strategy)
+    if options is None and device_iterators.applies(_device_types(strategy)):
+        device_iterators.without_autotune()  # TensorFlow's per-device data sets: see there
+    return strategy.distribute_datasets_from_function(per_worker, options=options)
 
 
 def per_replica_input(device_types: tuple[str, ...], *, offered: bool) -> bool:
@@ -352,7 +356,8 @@ def per_replica_input(device_types: tuple[str, ...], *, offered: bool) -> bool:
     ``MultiDeviceIterator`` copies to each device, is what GPUs need; on CPU devices it
     only adds a thread hop per batch, and its per-device data sets keep tf.data's
     autotuning on: every ``model.fit`` under MirroredStrategy then paused 4-15 s before
-    returning (issue 14).
+    returning (issue 14). Where the strategy does not offer it (MWMS), :func:`for_strategy`
+    turns that autotuning off instead (:mod:`ddlkit.data.device_iterators`).
 
     >>> per_replica_input(("CPU", "CPU"), offered=True)
     True
@@ -362,15 +367,19 @@ def per_replica_input(device_types: tuple[str, ...], *, offered: bool) -> bool:
     return offered and all(t == "CPU" for t in device_types)
 
 
+def _device_types(strategy: Any) -> tuple[str, ...]:
+    """``("CPU", "CPU")``: the type of each of this worker's replica devices."""
+    return tuple(
+        tf().DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices
+    )
+
+
 def input_options(strategy: Any):
     """The ``tf.distribute.InputOptions`` :func:`for_strategy` uses: a pipeline per replica
     (:func:`per_replica_input`), else TensorFlow's default (``None``)."""
     tf_ = tf()
     offered = isinstance(strategy, tf_.distribute.MirroredStrategy)
-    types = tuple(
-        tf_.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices
-    )
-    if not per_replica_input(types, offered=offered):
+    if not per_replica_input(_device_types(strategy), offered=offered):
         return None
     return tf_.distribute.InputOptions(
         experimental_replication_mode=tf_.distribute.InputReplicationMode.PER_REPLICA,

@@ -314,7 +314,9 @@ MIRRORED = (
     steps = pl.steps_per_epoch(len(x), pl.global_batch_size(8, strategy.num_replicas_in_sync))
     history = model.fit(train, epochs=2, steps_per_epoch=steps, verbose=0).history
     options = pl.input_options(strategy)
+    from ddlkit.data import device_iterators
     print(json.dumps({
+        "patched": device_iterators.installed(),
         "replicas": strategy.num_replicas_in_sync,
         "mode": options.experimental_replication_mode.value,
         "devices": [p.device[-5:] for p in strategy.experimental_local_results(images)],
@@ -334,6 +336,7 @@ def test_for_strategy_under_mirrored_strategy_with_two_cpus():
     assert out["replicas"] == 2 and out["global"] == 16
     # A pipeline per replica, on the replica's own device (pl.input_options).
     assert out["mode"] == "PER_REPLICA" and out["devices"] == ["CPU:0", "CPU:1"]
+    assert out["patched"] is False, "no MultiDeviceIterator here, so nothing to patch"
     assert out["shapes"] == [[[8, 28, 28, 1], [8, 28, 28, 1]]] * 5, "80 / 16 = 5 steps"
     assert sorted(out["indices"]) == list(range(80)), "each example once per epoch"
     assert len(out["losses"]) == 2 and np.isfinite(out["losses"]).all(), "model.fit trains on it"
@@ -343,7 +346,7 @@ MULTI_WORKER = HELPERS + textwrap.dedent(
     """
     import ddlkit
     from ddlkit.backend import tf
-    from ddlkit.data import pipeline as pl
+    from ddlkit.data import device_iterators, pipeline as pl
 
     tf_ = tf()
     strategy = tf_.distribute.MultiWorkerMirroredStrategy()
@@ -370,6 +373,7 @@ MULTI_WORKER = HELPERS + textwrap.dedent(
     print(json.dumps({"replicas": strategy.num_replicas_in_sync, "sizes": sizes,
                       "indices": indices, "task": task,
                       "default_input": pl.input_options(strategy) is None,
+                      "device_datasets_untuned": device_iterators.installed(),
                       "by_hand": seen(strategy.experimental_distribute_dataset(by_hand)),
                       "whole": seen(strategy.experimental_distribute_dataset(whole))}))
     """
@@ -405,6 +409,8 @@ def test_for_strategy_shards_across_two_multi_worker_processes():
                 proc.wait(timeout=10)
     assert [r["replicas"] for r in results] == [2, 2]
     assert all(r["default_input"] for r in results), "one pipeline per worker, TF's default"
+    # ... whose per-device data sets the kit keeps from autotuning (ddlkit.data.device_iterators)
+    assert all(r["device_datasets_untuned"] for r in results)
     # 50 examples per worker in batches of 8: six full batches and one of 2.
     assert [r["sizes"] for r in results] == [[8] * 6 + [2]] * 2
     a, b = (set(r["indices"]) for r in results)
