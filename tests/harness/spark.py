@@ -14,9 +14,30 @@ from ddlkit.procs import descendants
 SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "train_multi_worker.py"
 
 
-def refused(tmp_path, **kwargs) -> str:
-    """Start a run that must be refused; check that nothing started or was written."""
-    before = {pid for pid, _ in descendants(os.getpid())}
+def _apps(cluster) -> set[str]:
+    """The ids of every application a shared cluster's master has seen (running or done)."""
+    state = cluster.state()
+    assert "activeapps" in state and "completedapps" in state, sorted(state)
+    return {app["id"] for key in ("activeapps", "completedapps") for app in state[key]}
+
+
+def _run_processes(cluster) -> set[int]:
+    """This test process's descendants, without a shared cluster's own: its master and
+    workers, and the executors those start and stop for earlier jobs on their own schedule
+    (a worker may still be replacing an executor of the previous test's job)."""
+    pids = {pid for pid, _ in descendants(os.getpid())}
+    for proc in cluster.procs if cluster is not None else ():
+        pids -= {proc.pid} | {pid for pid, _ in descendants(proc.pid)}
+    return pids
+
+
+def refused(tmp_path, *, cluster=None, **kwargs) -> str:
+    """Start a run that must be refused; check that nothing started or was written.
+
+    With ``cluster`` (the shared local cluster the run is sent to), "nothing started"
+    means no process outside that cluster's own and no application submitted to it."""
+    before = _run_processes(cluster)
+    apps = _apps(cluster) if cluster is not None else set()
     kwargs = {
         "script": SCRIPT,
         "workers": 2,
@@ -27,7 +48,9 @@ def refused(tmp_path, **kwargs) -> str:
     with pytest.raises(ConfigError) as refused:
         run_mod.start(**kwargs)
     assert not (tmp_path / "runs").exists(), "a refused run wrote a run directory"
-    assert {pid for pid, _ in descendants(os.getpid())} <= before, "a refused run started"
+    assert _run_processes(cluster) <= before, "a refused run started"
+    if cluster is not None:
+        assert _apps(cluster) == apps, "a refused run submitted an application"
     message = str(refused.value)
     assert "Fix:" in message and "\n" not in message, message
     return message
