@@ -45,6 +45,7 @@ def applies(device_types: tuple[str, ...]) -> bool:
 
 
 def _module() -> Any:
+    tf()  # TensorFlow loaded the kit's way (ddlkit.backend picks the Keras first)
     from tensorflow.python.data.ops import multi_device_iterator_ops
 
     return multi_device_iterator_ops
