@@ -11,6 +11,8 @@ Launch:
     horovodrun -np 2 -H localhost:2 --gloo python launch/train_horovod.py --epochs 1
 
 Flags of its own: ``--fp16`` compresses gradients to float16 for the allreduce;
+``--backward-passes K`` adds up K local batches' gradients and all-reduces (and updates)
+once per K batches;
 ``--warmup-epochs N`` ramps the learning rate up from ``lr`` to ``lr x ranks`` over
 N epochs (Goyal et al.); ``--no-average`` leaves epoch metrics per rank.
 """
@@ -29,10 +31,14 @@ from _common import add_eval_flags, held_out_evals, parse_args, report, test_acc
 import ddlkit.horovod as dkh  # [dist]
 from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
+from ddlkit.errors import ConfigError
 
 
 def _flags(parser) -> None:
     parser.add_argument("--fp16", action="store_true", help="fp16 gradient compression")
+    parser.add_argument(
+        "--backward-passes", type=int, default=1, help="local batches per allreduce and update"
+    )
     parser.add_argument("--warmup-epochs", type=float, default=0.0, help="lr warm-up epochs")
     parser.add_argument("--no-average", action="store_true", help="keep per-rank epoch metrics")
     add_eval_flags(parser)
@@ -40,6 +46,8 @@ def _flags(parser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=_flags, model_flag=True)
+    if args.backward_passes < 1:
+        raise ConfigError(f"--backward-passes {args.backward_passes}: need >= 1. Fix: e.g. 2.")
     hvd = dkh.init()  # [dist] hvd.init(), own GPU (gpus[local_rank]) if any, rank-N metrics
     ranks = hvd.size()  # [dist]
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
@@ -51,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     model = models.build(args.model, args.dataset, seed=args.seed)  # --model
     optimizer = models.make_optimizer("adam", args.lr * ranks)  # [dist] lr scales with batch
     compression = hvd_keras.Compression.fp16 if args.fp16 else hvd_keras.Compression.none  # [dist]
-    optimizer = hvd_keras.DistributedOptimizer(optimizer, compression=compression)  # [dist]
+    optimizer = hvd_keras.DistributedOptimizer(  # [dist]
+        optimizer,
+        compression=compression,  # [dist] --fp16: float16 on the wire
+        backward_passes_per_step=args.backward_passes,  # [dist] batches summed per allreduce
+    )  # [dist]
     # --steps-per-execution: steps per call into TensorFlow, see _common.STEPS_PER_EXECUTION
     models.compile_classifier(
         model, optimizer=optimizer, steps_per_execution=args.steps_per_execution

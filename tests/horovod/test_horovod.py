@@ -316,6 +316,8 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
             "--epochs",
             "1",
             "--fp16",
+            "--backward-passes",
+            "2",
         ],
         capture_output=True,
         text=True,
@@ -327,6 +329,19 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
     results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
     assert sorted(results) == ["rank-0", "rank-1"]
     assert results["rank-0"]["weights_checksum"] == results["rank-1"]["weights_checksum"]
+
+
+def test_backward_passes_below_one_are_refused_before_horovod_starts(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(LAUNCH / "train_horovod.py"), "--backward-passes", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    assert "--backward-passes 0: need >= 1. Fix: e.g. 2." in proc.stderr, proc.stderr[-2000:]
 
 
 def test_a_hand_typed_horovodrun_streams_every_rank_to_the_notebook(horovodrun, data_env, tmp_path):
