@@ -11,11 +11,12 @@
 #   3. Otherwise download the sdist (sha256-pinned), remove the one CMake line that
 #      compiles xla_mpi_ops.cc (it includes XLA headers TF >= 2.16 no longer ships),
 #      make horovodrun's "was Gloo/MPI built?" check ask the library instead of
-#      importing TensorFlow (scripts/patch_horovod_launcher.py: 3.7 s -> 0.5 s a launch),
+#      importing TensorFlow (3.7 s -> 0.5 s a launch) and Horovod's Keras take its backend
+#      from tf.keras instead of importing Keras 3 (scripts/patch_horovod.py),
 #      build a wheel with Gloo and TensorFlow only (about 2-5 min on 2 cores), cache
 #      it, install it.
 # The cache key is Horovod version + TensorFlow version + Python tag + machine + a digest
-# of the code the launcher patch inserts, so a new TensorFlow, Python or patch builds
+# of the code scripts/patch_horovod.py inserts, so a new TensorFlow, Python or patch builds
 # again. Cache: $DDLKIT_HOME/wheels (default ~/.cache/ddlkit/wheels); the build log is
 # kept there too.
 #
@@ -77,9 +78,9 @@ else
   transports=gloo
   mpi_env=HOROVOD_WITHOUT_MPI=1
 fi
-launcher_patch=scripts/patch_horovod_launcher.py
-[[ -f "$launcher_patch" ]] || fail "$launcher_patch is missing." "restore it from git"
-patch_sum=$("$PY" "$launcher_patch" --digest) || fail "$launcher_patch --digest failed." "run it to see why"
+horovod_patch=scripts/patch_horovod.py
+[[ -f "$horovod_patch" ]] || fail "$horovod_patch is missing." "restore it from git"
+patch_sum=$("$PY" "$horovod_patch" --digest) || fail "$horovod_patch --digest failed." "run it to see why"
 key="horovod-${HOROVOD_VERSION}_tf-${tf_version}_${py_tag}_$(uname -m)_${transports}_p${patch_sum}"
 cache="${DDLKIT_HOME:-$HOME/.cache/ddlkit}/wheels/$key"
 venv=$(dirname "$(dirname "$PY")")
@@ -122,8 +123,8 @@ if [[ -z "$wheel" ]]; then
     "this script patches Horovod $HOROVOD_VERSION only; update the line in the script"
   grep -vxF "$XLA_LINE" "$cmakelists" >"$cmakelists.new"
   mv "$cmakelists.new" "$cmakelists"
-  "$PY" "$launcher_patch" "$src" >>"$log" 2>&1 || fail "patching horovodrun's build check failed." \
-    "read $log; the patch is written for Horovod $HOROVOD_VERSION's horovod/common/util.py"
+  "$PY" "$horovod_patch" "$src" >>"$log" 2>&1 || fail "patching Horovod's sources failed." \
+    "read $log; the patch is written for Horovod $HOROVOD_VERSION's sources"
   start=$(date +%s)
   # Horovod's setup.py runs make -j8 unless MAKEFLAGS is set: one job per core keeps
   # the compiler's memory in check on a small machine.
@@ -156,7 +157,13 @@ assert hvd.mpi_built() == bool($mpi), ('mpi_built', hvd.mpi_built())
 from horovod.common import util  # horovodrun's check answers from the library (the patch)
 for c_function, built in (('horovod_gloo_built', True), ('horovod_mpi_built', bool($mpi))):
     got = util._library_flag('tensorflow', c_function, False)
-    assert got is built, (c_function, got)" >>"$log" 2>&1; then
+    assert got is built, (c_function, got)" >>"$log" 2>&1 ||
+  # Horovod's Keras on tf-keras's backend (the patch): Keras 3 is never imported.
+  ! TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 "$PY" -c "import sys
+import horovod.tensorflow.keras as hvd_keras
+assert 'keras.src' not in sys.modules, 'Keras 3 was imported'
+assert hvd_keras.callbacks.K.__name__.startswith('tf_keras.'), hvd_keras.callbacks.K" \
+    >>"$log" 2>&1; then
   "$PY" -m pip uninstall -q -y horovod >/dev/null 2>&1 || true
   fail "the installed Horovod does not load with TensorFlow $tf_version (log: $log)." \
     "delete $cache to build it again"

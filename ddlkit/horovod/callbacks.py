@@ -1,10 +1,15 @@
 """Horovod's Keras callbacks that break on current Keras, redone for tf-keras and Keras 3.
 
-Horovod 0.28.1's callbacks call ``keras.backend`` functions through the standalone
-``keras`` package, which is Keras 3 on TensorFlow 2.21 and has none of them:
+A stock Horovod 0.28.1 calls ``keras.backend`` functions through the standalone ``keras``
+package, which is Keras 3 on TensorFlow 2.21 and has none of them:
 ``hvd.callbacks.MetricAverageCallback`` fails with "module 'keras.backend' has no
 attribute 'constant'" and ``LearningRateWarmupCallback`` with "... no attribute
-'get_value'". (``BroadcastGlobalVariablesCallback`` and ``DistributedOptimizer`` work.)
+'get_value'". The kit's Horovod build takes the backend from ``tf.keras`` instead
+(scripts/patch_horovod.py): on tf-keras Horovod's ``MetricAverageCallback`` then works and
+its ``LearningRateWarmupCallback`` runs with Adam but fails with SGD ("'float' object has
+no attribute 'dtype'": it sets SGD's momentum, a plain float in tf-keras 2.21); on Keras 3
+both fail. (``BroadcastGlobalVariablesCallback`` and ``DistributedOptimizer``
+work.) These work on tf-keras and Keras 3 alike:
 
 - :func:`MetricAverageCallback` averages the epoch's metrics over ranks with one
   ``horovod.tensorflow.allreduce``, in place, so every rank (and every callback after

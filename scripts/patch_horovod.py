@@ -1,10 +1,11 @@
-"""Make `horovodrun` ask the compiled library, not TensorFlow, whether Gloo or MPI is built.
+"""Two exact-text edits of Horovod 0.28.1's Python sources, made before its wheel is built.
 
-    python scripts/patch_horovod_launcher.py HOROVOD_SOURCE_DIR
-    python scripts/patch_horovod_launcher.py --digest
+    python scripts/patch_horovod.py HOROVOD_SOURCE_DIR
+    python scripts/patch_horovod.py --digest
 
 scripts/build-horovod.sh runs this on the unpacked 0.28.1 sdist before it builds the wheel.
 
+**1. `horovodrun` asks the compiled library, not TensorFlow, whether Gloo or MPI is built.**
 Every `horovodrun` checks whether Gloo (or MPI) was compiled in before it starts a rank
 (``horovod.common.util.gloo_built`` / ``mpi_built``). Horovod answers by importing
 ``horovod.tensorflow`` in a forked process, which imports TensorFlow: on a quiet 2-core
@@ -21,8 +22,19 @@ load) it answers None and Horovod's own check runs as before, so the result is a
 the library's own. The child's C-level stdout and stderr go to /dev/null unless
 Horovod's verbosity is 2 or more, the level at which Horovod's own check prints.
 
-The edit is exact-text: if Horovod's source differs from what it expects, it stops
-and says which text it did not find, rather than build something half-patched.
+**2. Horovod's Keras takes its backend from the Keras that ``tf.keras`` is.**
+``horovod.tensorflow.keras`` and its ``callbacks`` import ``from keras import backend``:
+the standalone ``keras`` package, Keras 3 on TensorFlow 2.21, even when ``tf.keras`` is
+tf-keras (``TF_USE_LEGACY_KERAS=1``, what Horovod's Keras needs and the kit uses). So every
+rank imported all of Keras 3 (0.68 of the 2.9 s a Horovod worker spent importing, on a
+quiet 2-core machine, ``python -X importtime``), and Horovod's ``MetricAverageCallback``
+and ``LearningRateWarmupCallback`` failed on Keras 3's backend, which lacks the functions
+they call. The edit takes ``keras.backend`` from the ``from tensorflow import keras`` both
+files already have: tf-keras's backend under tf-keras, Keras 3's otherwise, as before.
+
+Each edit is exact-text: if Horovod's source differs from what it expects, the script
+stops and says which text it did not find, and writes no file, rather than build something
+half-patched.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+# 1. horovodrun's build check.
 UTIL = Path("horovod/common/util.py")
 MARKER = "# ddlkit patch: _library_flag"
 
@@ -122,10 +135,29 @@ def _patched_call(label: str, c_function: str) -> str:
     )
 
 
+# 2. The two files of Horovod's Keras, and the import each has once.
+KERAS_FILES = (
+    Path("horovod/tensorflow/keras/__init__.py"),
+    Path("horovod/tensorflow/keras/callbacks.py"),
+)
+KERAS_MARKER = "# ddlkit patch: tf.keras's backend"
+KERAS_IMPORT = """if is_version_greater_equal_than(tf.__version__, "2.6.0"):
+    from keras import backend as K
+"""
+KERAS_BACKEND = (
+    """if is_version_greater_equal_than(tf.__version__, "2.6.0"):
+    K = keras.backend  """
+    + KERAS_MARKER
+    + """ (tf-keras's under TF_USE_LEGACY_KERAS, not Keras 3's)
+"""
+)
+
+
 def digest() -> str:
     """8 hex digits naming what the patch writes (build-horovod.sh's cache key): a change
     to the inserted code builds the wheel again, a change to this file's comments does not."""
     payload = LIBRARY_FLAG + "".join(_patched_call(k, v) for k, v in CHECKS.items())
+    payload += KERAS_BACKEND
     return hashlib.sha256(payload.encode()).hexdigest()[:8]
 
 
@@ -153,20 +185,41 @@ def patch_util(text: str) -> str:
     return text
 
 
+def patch_keras_backend(text: str, name: Path) -> str:
+    """One file of Horovod's Keras with its backend taken from tf.keras (pure; raises
+    PatchError on a mismatch). ``keras`` is the file's own ``from tensorflow import keras``."""
+    if KERAS_MARKER in text:
+        raise PatchError(f"{name} is already patched ({KERAS_MARKER!r} is in it)")
+    for needed in ("from tensorflow import keras\n", KERAS_IMPORT):
+        if text.count(needed) != 1:
+            raise PatchError(
+                f"{name}: expected this text once, found it {text.count(needed)} times:\n{needed}"
+            )
+    return text.replace(KERAS_IMPORT, KERAS_BACKEND, 1)
+
+
+def patched_files(source: Path) -> dict[Path, str]:
+    """Every file the patch edits under ``source``, with its new text (reads only)."""
+    files = {source / UTIL: patch_util((source / UTIL).read_text())}
+    for name in KERAS_FILES:
+        files[source / name] = patch_keras_backend((source / name).read_text(), name)
+    return files
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--digest"]:
         print(digest())
         return 0
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: patch_horovod_launcher.py HOROVOD_SOURCE_DIR | --digest", file=sys.stderr)
+        print("usage: patch_horovod.py HOROVOD_SOURCE_DIR | --digest", file=sys.stderr)
         return 2
-    path = Path(argv[0]) / UTIL
     try:
-        patched = patch_util(path.read_text())
+        files = patched_files(Path(argv[0]))  # every edit checked before any file is written
     except (OSError, PatchError) as err:
-        print(f"patch_horovod_launcher: {err}", file=sys.stderr)
+        print(f"patch_horovod: {err}", file=sys.stderr)
         return 1
-    path.write_text(patched)
+    for path, text in files.items():
+        path.write_text(text)
     return 0
 
 

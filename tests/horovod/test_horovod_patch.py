@@ -1,9 +1,11 @@
-"""scripts/patch_horovod_launcher.py: the exact-text edit of Horovod's util.py, as data,
-and what the patched install does (horovodrun's build check answers from the library)."""
+"""scripts/patch_horovod.py: its exact-text edits of Horovod's sources, as data, and what
+the patched install does (horovodrun's build check answers from the library; Horovod's
+Keras uses tf-keras's backend and never imports Keras 3)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ from ddlkit.launch import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "patch_horovod_launcher", ROOT / "scripts" / "patch_horovod_launcher.py"
+    "patch_horovod", ROOT / "scripts" / "patch_horovod.py"
 )
 patch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(patch)
@@ -78,15 +80,92 @@ def test_a_second_run_or_a_different_horovod_stops_with_the_text_not_found():
         patch.patch_util(UTIL.replace("return queue.get_nowait()", "return queue.get()"))
 
 
-def test_main_edits_the_file_in_place_and_exits_1_with_the_reason(tmp_path, capsys):
-    util = tmp_path / "horovod" / "common" / "util.py"
-    util.parent.mkdir(parents=True)
-    util.write_text(UTIL)
+# The part of Horovod 0.28.1's horovod/tensorflow/keras/callbacks.py (and __init__.py) the
+# second edit changes, as it is there.
+KERAS = """import tensorflow as tf
+from tensorflow import keras
+
+from horovod.common.util  import is_version_greater_equal_than
+
+if is_version_greater_equal_than(tf.__version__, "2.6.0"):
+    from keras import backend as K
+else:
+    from tensorflow.python.keras import backend as K
+"""
+
+
+def test_horovods_keras_takes_the_backend_of_tf_keras_not_the_keras_package():
+    text = patch.patch_keras_backend(KERAS, patch.KERAS_FILES[1])
+    assert "from keras import backend" not in text and "    K = keras.backend  " in text
+    assert "from tensorflow.python.keras import backend as K" in text  # old TF: untouched
+    namespace: dict = {}
+    exec(
+        compile(text.replace("from horovod.common.util ", "#"), "callbacks.py", "exec"),
+        {"is_version_greater_equal_than": lambda a, b: True},
+        namespace,
+    )
+    import tensorflow as tf
+
+    assert namespace["K"] is tf.keras.backend  # whichever Keras tf.keras is in this process
+
+
+def test_the_keras_edit_refuses_a_second_run_or_a_different_file():
+    once = patch.patch_keras_backend(KERAS, patch.KERAS_FILES[0])
+    with pytest.raises(patch.PatchError, match="already patched"):
+        patch.patch_keras_backend(once, patch.KERAS_FILES[0])
+    with pytest.raises(patch.PatchError, match="found it 0 times"):
+        patch.patch_keras_backend(KERAS.replace("from tensorflow import keras\n", ""), "x.py")
+    with pytest.raises(patch.PatchError, match="found it 0 times"):
+        patch.patch_keras_backend(KERAS.replace("backend as K\nelse", "backend\nelse"), "x.py")
+
+
+def _source_tree(root: Path, util: str = UTIL) -> None:
+    files = {patch.UTIL: util, **{name: KERAS for name in patch.KERAS_FILES}}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_main_edits_the_files_in_place_and_exits_1_with_the_reason(tmp_path, capsys):
+    _source_tree(tmp_path)
     assert patch.main([str(tmp_path)]) == 0
-    assert patch.MARKER in util.read_text()
+    assert patch.MARKER in (tmp_path / patch.UTIL).read_text()
+    for name in patch.KERAS_FILES:
+        assert patch.KERAS_MARKER in (tmp_path / name).read_text()
     assert patch.main([str(tmp_path)]) == 1
     assert "already patched" in capsys.readouterr().err
     assert patch.main([str(tmp_path / "missing")]) == 1
+
+
+def test_a_file_that_does_not_match_leaves_every_file_unwritten(tmp_path, capsys):
+    _source_tree(tmp_path)
+    (tmp_path / patch.KERAS_FILES[1]).write_text("import tensorflow as tf\n")  # not Horovod's
+    assert patch.main([str(tmp_path)]) == 1
+    assert "callbacks.py: expected this text once" in capsys.readouterr().err
+    assert (tmp_path / patch.UTIL).read_text() == UTIL  # not half-patched
+    assert (tmp_path / patch.KERAS_FILES[0]).read_text() == KERAS
+
+
+@pytest.mark.slow
+def test_the_installed_horovod_keras_never_imports_keras_3_under_tf_keras(tmp_path):
+    code = (
+        "import sys\n"
+        "import horovod.tensorflow.keras as hvd\n"
+        "import tensorflow as tf\n"
+        "print('keras.src' in sys.modules, hvd.callbacks.K is tf.keras.backend,\n"
+        "      hvd.callbacks.K.__name__.startswith('tf_keras.'))\n"
+    )
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "True", "True"], proc.stdout + proc.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -134,4 +213,10 @@ def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(capsys):
         assert patch.digest() != printed
     finally:
         patch.LIBRARY_FLAG = saved
+    saved = patch.KERAS_BACKEND
+    try:
+        patch.KERAS_BACKEND = saved.replace("keras.backend", "tf.keras.backend")
+        assert patch.digest() != printed
+    finally:
+        patch.KERAS_BACKEND = saved
     assert patch.main(["--bogus"]) == 2
