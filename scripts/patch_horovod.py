@@ -26,11 +26,13 @@ Horovod's verbosity is 2 or more, the level at which Horovod's own check prints.
 ``horovod.tensorflow.keras`` and its ``callbacks`` import ``from keras import backend``:
 the standalone ``keras`` package, Keras 3 on TensorFlow 2.21, even when ``tf.keras`` is
 tf-keras (``TF_USE_LEGACY_KERAS=1``, what Horovod's Keras needs and the kit uses). So every
-rank imported all of Keras 3 (0.68 of the 2.9 s a Horovod worker spent importing, on a
-quiet 2-core machine, ``python -X importtime``), and Horovod's ``MetricAverageCallback``
-and ``LearningRateWarmupCallback`` failed on Keras 3's backend, which lacks the functions
-they call. The edit takes ``keras.backend`` from the ``from tensorflow import keras`` both
-files already have: tf-keras's backend under tf-keras, Keras 3's otherwise, as before.
+rank imported all of Keras 3: on a quiet 2-core machine a Horovod worker's imports took
+3.22-3.45 s without it and 4.29-4.48 s with it (3 alternating pairs). And Horovod's
+``MetricAverageCallback`` and ``LearningRateWarmupCallback`` failed on Keras 3's backend,
+which lacks the functions they call (with this edit the first works on tf-keras; the second
+still fails with SGD, see ddlkit/horovod/callbacks.py). The edit takes ``keras.backend``
+from the ``from tensorflow import keras`` both files already have: tf-keras's backend under
+tf-keras, Keras 3's otherwise, as before.
 
 Each edit is exact-text: if Horovod's source differs from what it expects, the script
 stops and says which text it did not find, and writes no file, rather than build something
