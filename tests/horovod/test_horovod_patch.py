@@ -119,8 +119,8 @@ def test_the_keras_edit_refuses_a_second_run_or_a_different_file():
         patch.patch_keras_backend(KERAS.replace("backend as K\nelse", "backend\nelse"), "x.py")
 
 
-def _source_tree(root: Path, util: str = UTIL) -> None:
-    files = {patch.UTIL: util, **{name: KERAS for name in patch.KERAS_FILES}}
+def _source_tree(root: Path) -> None:
+    files = {patch.UTIL: UTIL, **{name: KERAS for name in patch.KERAS_FILES}}
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
