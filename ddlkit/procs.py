@@ -4,6 +4,7 @@ Used to find and end what a job left (ddlkit.spark's workers, a user-mode host's
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 
@@ -26,15 +27,18 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """Every living descendant of ``pid`` with its command line, parents first."""
+def descendants(pid: int, *, prune: Collection[int] = ()) -> list[tuple[int, str]]:
+    """Every living descendant of ``pid`` with its command line, parents first.
+
+    ``prune``: processes left out with all of theirs, judged from the same look at /proc
+    (two looks would race: a process seen under ``pid`` may be gone from the second)."""
     children = _children_map()
     found: list[tuple[int, str]] = []
-    todo = list(children.get(pid, []))
+    todo = [child for child in children.get(pid, []) if child not in prune]
     while todo:
         child = todo.pop(0)
         found.append((child, cmdline(child)))
-        todo += children.get(child, [])
+        todo += [c for c in children.get(child, []) if c not in prune]
     return found
 
 

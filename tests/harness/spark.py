@@ -21,14 +21,14 @@ def _apps(cluster) -> set[str]:
     return {app["id"] for key in ("activeapps", "completedapps") for app in state[key]}
 
 
-def _run_processes(cluster) -> set[int]:
-    """This test process's descendants, without a shared cluster's own: its master and
-    workers, and the executors those start and stop for earlier jobs on their own schedule
-    (a worker may still be replacing an executor of the previous test's job)."""
-    pids = {pid for pid, _ in descendants(os.getpid())}
-    for proc in cluster.procs if cluster is not None else ():
-        pids -= {proc.pid} | {pid for pid, _ in descendants(proc.pid)}
-    return pids
+def _run_processes(cluster) -> dict[int, str]:
+    """This test process's descendants and their command lines, without a shared cluster's
+    own: its master and workers, and the executors those start and stop for earlier jobs on
+    their own schedule (a worker may still be replacing an executor of the previous test's
+    job). One look at /proc: an executor seen in one look and gone by a second would
+    otherwise count as started by the run."""
+    own = [proc.pid for proc in cluster.procs] if cluster is not None else []
+    return dict(descendants(os.getpid(), prune=own))
 
 
 def refused(tmp_path, *, cluster=None, **kwargs) -> str:
@@ -48,7 +48,8 @@ def refused(tmp_path, *, cluster=None, **kwargs) -> str:
     with pytest.raises(ConfigError) as refused:
         run_mod.start(**kwargs)
     assert not (tmp_path / "runs").exists(), "a refused run wrote a run directory"
-    assert _run_processes(cluster) <= before, "a refused run started"
+    started = {pid: cmd for pid, cmd in _run_processes(cluster).items() if pid not in before}
+    assert not started, f"a refused run started {started}"
     if cluster is not None:
         assert _apps(cluster) == apps, "a refused run submitted an application"
     message = str(refused.value)
