@@ -36,6 +36,14 @@ JAVA_PACKAGE = "openjdk-17-jre-headless"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT = 60.0  # seconds for the master and every worker to be up
+# The JVMs of a cluster on this machine share its few cores with the training they serve,
+# and each lives for a few short jobs: C1 alone compiles enough (C2's compiler threads
+# cost more CPU than they save here), and one serial collector runs instead of a GC thread
+# per core. On 2 cores, Spark's run tests took 97 CPU-s with Java's defaults and 61 with
+# these; notebook 10 in fast mode 103 and 64. A local cluster's daemons pass them to the
+# executors they start (JAVA_TOOL_OPTIONS is inherited); a run's driver on a loopback
+# master gets them from its session settings (ddlkit.spark.driver.session_conf).
+LEAN_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 _CLUSTERS: dict[str, LocalCluster] = {}  # master URL -> a cluster this process started
 
 
@@ -67,9 +75,13 @@ def find_java(environ: dict[str, str] | None = None) -> str:
 
 
 def daemon_env(python: str = sys.executable) -> dict[str, str]:
-    """The environment of Spark's daemons and of the executors' Python workers."""
+    """The environment of Spark's daemons and of the executors' Python workers: every JVM
+    among them starts with LEAN_JVM_OPTIONS, then the user's own JAVA_TOOL_OPTIONS (the
+    JVM takes the last of two settings, so the user's win)."""
+    java_options = (*LEAN_JVM_OPTIONS, os.environ.get("JAVA_TOOL_OPTIONS", ""))
     return {
         **os.environ,
+        "JAVA_TOOL_OPTIONS": " ".join(java_options).strip(),
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": python,  # else executors run another Python, without the kit

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ddlkit import backend, contract, strategies
 from ddlkit.launch.remote import FORWARDED
+from ddlkit.spark.cluster import LEAN_JVM_OPTIONS
 from ddlkit.spark.tasks import TaskPlan, barrier_task, horovod_task, log_tails, report_lines
 
 EXIT_FAILED = 1
@@ -43,6 +44,9 @@ def session_conf(master: str, workers: int) -> dict[str, str]:
     if LOOPBACK_MASTER.match(master):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # The driver's JVM shares this machine's cores with the training: it compiles and
+        # collects lean, as a local cluster's daemons and executors do (see cluster.py)
+        conf["spark.driver.extraJavaOptions"] = " ".join(LEAN_JVM_OPTIONS)
     return conf
 
 

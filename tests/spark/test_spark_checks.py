@@ -92,6 +92,19 @@ def test_session_settings_fail_fast_and_stay_on_loopback():
     assert "spark.driver.host" not in session_conf("spark://master.example:7077", 2)
 
 
+def test_jvms_on_this_machine_run_lean_and_the_users_java_options_come_last(monkeypatch):
+    from ddlkit.spark.cluster import LEAN_JVM_OPTIONS, daemon_env
+
+    lean = " ".join(LEAN_JVM_OPTIONS)
+    assert "-XX:TieredStopAtLevel=1" in LEAN_JVM_OPTIONS
+    assert session_conf("local[2]", 2)["spark.driver.extraJavaOptions"] == lean
+    assert "spark.driver.extraJavaOptions" not in session_conf("spark://node1:7077", 2)
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
+    assert daemon_env()["JAVA_TOOL_OPTIONS"] == lean
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=4")
+    assert daemon_env()["JAVA_TOOL_OPTIONS"] == f"{lean} -XX:TieredStopAtLevel=4"
+
+
 def test_horovod_keeps_to_loopback_on_a_loopback_master():
     from ddlkit.spark.driver import horovod_nics
 

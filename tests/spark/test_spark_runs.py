@@ -126,6 +126,26 @@ def spark(spark_cluster, data_env, monkeypatch):
     session.stop()
 
 
+def test_the_clusters_jvms_start_lean(spark, spark_cluster):
+    """The daemons and the executors they start carry LEAN_JVM_OPTIONS in the environment
+    every JVM reads at start; a driver on the loopback master has them on its command line."""
+    from ddlkit.spark.cluster import LEAN_JVM_OPTIONS
+
+    spark.sparkContext.parallelize(range(2), 2).count()  # the executors are up
+    executors = spark_cluster.executor_pids()
+    assert executors
+    for pid in [p.pid for p in spark_cluster.procs] + executors:
+        java_options = dict(
+            var.split("=", 1) for var in _env(pid).split("\0") if var.startswith("JAVA_TOOL")
+        )
+        assert java_options["JAVA_TOOL_OPTIONS"].split()[:2] == list(LEAN_JVM_OPTIONS), pid
+    driver = spark.sparkContext._gateway.proc.pid  # pyspark's JVM: spark-class execs java
+    assert all(
+        option in Path(f"/proc/{driver}/cmdline").read_bytes().decode().split("\0")
+        for option in LEAN_JVM_OPTIONS
+    )
+
+
 def test_tasks_train_on_their_own_parquet_partitions(spark, tmp_path):
     path = write_mnist_parquet(spark, tmp_path / "mnist.parquet", PARQUET_EXAMPLES, partitions=2)
     assert len(list((tmp_path / "mnist.parquet").glob("part-*.parquet"))) == 2
