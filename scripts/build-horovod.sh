@@ -12,7 +12,8 @@
 #      compiles xla_mpi_ops.cc (it includes XLA headers TF >= 2.16 no longer ships),
 #      make horovodrun's "was Gloo/MPI built?" check ask the library instead of
 #      importing TensorFlow (3.7 s -> 0.5 s a launch) and Horovod's Keras take its backend
-#      from tf.keras instead of importing Keras 3 (scripts/patch_horovod.py),
+#      from tf.keras instead of importing Keras 3, and trace its gradient all-reduce
+#      without AutoGraph (a rank's first step 3 s of CPU faster) (scripts/patch_horovod.py),
 #      build a wheel with Gloo and TensorFlow only (about 2-5 min on 2 cores), cache
 #      it, install it.
 # The cache key is Horovod version + TensorFlow version + Python tag + machine + a digest

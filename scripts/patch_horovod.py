@@ -1,4 +1,4 @@
-"""Two exact-text edits of Horovod 0.28.1's Python sources, made before its wheel is built.
+"""Three exact-text edits of Horovod 0.28.1's Python sources, made before its wheel is built.
 
     python scripts/patch_horovod.py HOROVOD_SOURCE_DIR
     python scripts/patch_horovod.py --digest
@@ -33,6 +33,19 @@ which lacks the functions they call (with this edit the first works on tf-keras;
 still fails with SGD, see ddlkit/horovod/callbacks.py). The edit takes ``keras.backend``
 from the ``from tensorflow import keras`` both files already have: tf-keras's backend under
 tf-keras, Keras 3's otherwise, as before.
+
+**3. Horovod's gradient all-reduce is traced without AutoGraph.**
+In eager TensorFlow, Horovod wraps the function that all-reduces the gradients (and the
+one that broadcasts the variables) in ``tf.function(f)`` (``horovod.tensorflow.util.
+_make_subgraph``). AutoGraph is on by default, so the first step of every rank parsed and
+rewrote Horovod's own Python (``allreduce_grads``, ``_allreduce_cond``, ``allreduce``):
+under cProfile, 3.8 s of a 4-step ``launch/train_horovod.py``'s 10.9 s went to AutoGraph's
+transformations, 0.15 s with the edit. That code needs no AutoGraph: every ``if`` in it
+tests Python values (the op, the dtype, how Horovod was built), and it already chooses
+between all-reduce and identity with an explicit ``tf.cond``. The edit passes
+``autograph=False``. Measured: ``horovodrun -np 2`` of that script for 6 steps, 6 pairs on
+a quiet 2-core machine: CPU 14.5 s against 18.8 s (median ratio 0.76), wall 8.0 s
+against 10.3 s; the ranks' weights identical to the last digit in every run.
 
 Each edit is exact-text: if Horovod's source differs from what it expects, the script
 stops and says which text it did not find, and writes no file, rather than build something
@@ -155,11 +168,27 @@ KERAS_BACKEND = (
 )
 
 
+# 3. Horovod's tf.function wrapper, without AutoGraph.
+TF_UTIL = Path("horovod/tensorflow/util.py")
+SUBGRAPH_MARKER = "# ddlkit patch: no AutoGraph"
+SUBGRAPH = """def _make_subgraph(f):
+    return tf.function(f)
+"""
+SUBGRAPH_PLAIN = (
+    """def _make_subgraph(f):
+    """
+    + SUBGRAPH_MARKER
+    + """: the code it wraps tests only Python values in its ifs
+    return tf.function(f, autograph=False)
+"""
+)
+
+
 def digest() -> str:
     """8 hex digits naming what the patch writes (build-horovod.sh's cache key): a change
     to the inserted code builds the wheel again, a change to this file's comments does not."""
     payload = LIBRARY_FLAG + "".join(_patched_call(k, v) for k, v in CHECKS.items())
-    payload += KERAS_BACKEND
+    payload += KERAS_BACKEND + SUBGRAPH_PLAIN
     return hashlib.sha256(payload.encode()).hexdigest()[:8]
 
 
@@ -200,11 +229,25 @@ def patch_keras_backend(text: str, name: Path) -> str:
     return text.replace(KERAS_IMPORT, KERAS_BACKEND, 1)
 
 
+def patch_subgraph(text: str) -> str:
+    """horovod/tensorflow/util.py with _make_subgraph tracing without AutoGraph (pure;
+    raises PatchError on a mismatch)."""
+    if SUBGRAPH_MARKER in text:
+        raise PatchError(f"{TF_UTIL} is already patched ({SUBGRAPH_MARKER!r} is in it)")
+    if text.count(SUBGRAPH) != 1:
+        raise PatchError(
+            f"{TF_UTIL}: expected this text once, found it {text.count(SUBGRAPH)} times:\n"
+            f"{SUBGRAPH}"
+        )
+    return text.replace(SUBGRAPH, SUBGRAPH_PLAIN, 1)
+
+
 def patched_files(source: Path) -> dict[Path, str]:
     """Every file the patch edits under ``source``, with its new text (reads only)."""
     files = {source / UTIL: patch_util((source / UTIL).read_text())}
     for name in KERAS_FILES:
         files[source / name] = patch_keras_backend((source / name).read_text(), name)
+    files[source / TF_UTIL] = patch_subgraph((source / TF_UTIL).read_text())
     return files
 
 

@@ -1,6 +1,7 @@
 """scripts/patch_horovod.py: its exact-text edits of Horovod's sources, as data, and what
 the patched install does (horovodrun's build check answers from the library; Horovod's
-Keras uses tf-keras's backend and never imports Keras 3)."""
+Keras uses tf-keras's backend and never imports Keras 3; its all-reduce is traced without
+AutoGraph)."""
 
 from __future__ import annotations
 
@@ -119,8 +120,46 @@ def test_the_keras_edit_refuses_a_second_run_or_a_different_file():
         patch.patch_keras_backend(KERAS.replace("backend as K\nelse", "backend\nelse"), "x.py")
 
 
+# The function of Horovod 0.28.1's horovod/tensorflow/util.py the third edit changes.
+TF_UTIL = """import tensorflow as tf
+
+
+def _make_subgraph(f):
+    return tf.function(f)
+
+
+def _cache(f):
+    return f
+"""
+
+
+def test_horovods_subgraphs_are_traced_without_autograph():
+    text = patch.patch_subgraph(TF_UTIL)
+    assert "return tf.function(f, autograph=False)" in text and "def _cache(f)" in text
+    horovods, patched = {}, {}
+    exec(compile(TF_UTIL, "util.py", "exec"), horovods)
+    exec(compile(text, "util.py", "exec"), patched)
+    import tensorflow as tf
+
+    def python_if(x):  # AutoGraph turns this if into a tf.cond; without it, refused
+        return x + 1 if x > 0 else x - 1
+
+    assert float(horovods["_make_subgraph"](python_if)(tf.constant(1.0))) == 2.0
+    with pytest.raises(TypeError, match="symbolic `tf.Tensor` as a Python `bool`"):
+        patched["_make_subgraph"](python_if)(tf.constant(1.0))
+    assert float(patched["_make_subgraph"](tf.math.square)(tf.constant(3.0))) == 9.0
+    with pytest.raises(patch.PatchError, match="already patched"):
+        patch.patch_subgraph(text)
+    with pytest.raises(patch.PatchError, match="found it 0 times"):
+        patch.patch_subgraph(TF_UTIL.replace("tf.function(f)", "tf.function(f, jit_compile=True)"))
+
+
 def _source_tree(root: Path) -> None:
-    files = {patch.UTIL: UTIL, **{name: KERAS for name in patch.KERAS_FILES}}
+    files = {
+        patch.UTIL: UTIL,
+        patch.TF_UTIL: TF_UTIL,
+        **{name: KERAS for name in patch.KERAS_FILES},
+    }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -132,6 +171,7 @@ def test_main_edits_the_files_in_place_and_exits_1_with_the_reason(tmp_path, cap
     assert patch.MARKER in (tmp_path / patch.UTIL).read_text()
     for name in patch.KERAS_FILES:
         assert patch.KERAS_MARKER in (tmp_path / name).read_text()
+    assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_UTIL).read_text()
     assert patch.main([str(tmp_path)]) == 1
     assert "already patched" in capsys.readouterr().err
     assert patch.main([str(tmp_path / "missing")]) == 1
@@ -144,6 +184,7 @@ def test_a_file_that_does_not_match_leaves_every_file_unwritten(tmp_path, capsys
     assert "callbacks.py: expected this text once" in capsys.readouterr().err
     assert (tmp_path / patch.UTIL).read_text() == UTIL  # not half-patched
     assert (tmp_path / patch.KERAS_FILES[0]).read_text() == KERAS
+    assert (tmp_path / patch.TF_UTIL).read_text() == TF_UTIL
 
 
 @pytest.mark.slow
@@ -166,6 +207,35 @@ def test_the_installed_horovod_keras_never_imports_keras_3_under_tf_keras(tmp_pa
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["False", "True", "True"], proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_the_installed_horovod_traces_its_allreduce_without_autograph(tmp_path):
+    """The built wheel carries the third edit: a function Horovod wraps is traced as
+    written, so a Python if on a tensor is refused instead of rewritten into a tf.cond."""
+    code = (  # in a file: AutoGraph converts only functions whose source it can read
+        "import tensorflow as tf\n"
+        "from horovod.tensorflow.util import _make_subgraph\n"
+        "def python_if(x):\n"
+        "    return x if x > 0 else -x\n"
+        "try:\n"
+        "    _make_subgraph(python_if)(tf.constant(1.0))\n"
+        "    print('converted')\n"
+        "except TypeError as err:\n"
+        "    print('as written' if 'Python `bool`' in str(err) else err)\n"
+    )
+    (tmp_path / "probe.py").write_text(code)
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "probe.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["as", "written"], proc.stdout + proc.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -219,4 +289,10 @@ def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(capsys):
         assert patch.digest() != printed
     finally:
         patch.KERAS_BACKEND = saved
+    saved = patch.SUBGRAPH_PLAIN
+    try:
+        patch.SUBGRAPH_PLAIN = saved.replace("autograph=False", "autograph=True")
+        assert patch.digest() != printed
+    finally:
+        patch.SUBGRAPH_PLAIN = saved
     assert patch.main(["--bogus"]) == 2
