@@ -13,7 +13,7 @@
 #      make horovodrun's "was Gloo/MPI built?" check ask the library instead of
 #      importing TensorFlow (3.7 s -> 0.5 s a launch) and Horovod's Keras take its backend
 #      from tf.keras instead of importing Keras 3, and trace its gradient all-reduce
-#      without AutoGraph (a rank's first step 3 s of CPU faster) (scripts/patch_horovod.py),
+#      without AutoGraph (a 2-rank launch: a quarter less CPU) (scripts/patch_horovod.py),
 #      build a wheel with Gloo and TensorFlow only (about 2-5 min on 2 cores), cache
 #      it, install it.
 # The cache key is Horovod version + TensorFlow version + Python tag + machine + a digest

@@ -154,10 +154,47 @@ def test_horovods_subgraphs_are_traced_without_autograph():
         patch.patch_subgraph(TF_UTIL.replace("tf.function(f)", "tf.function(f, jit_compile=True)"))
 
 
+# The method of Horovod 0.28.1's _DistributedGradientTape the third edit marks, as it is
+# there (its body shortened), in a stand-in class.
+TAPE = """import tensorflow as tf
+
+
+class Tape(tf.GradientTape):
+        def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
+            gradients = super(self.__class__, self).gradient(target, sources, output_gradients)
+            return [g * 2 if g is not None else g for g in gradients]
+"""
+
+
+def test_the_tapes_gradient_runs_as_written_inside_a_traced_step():
+    text = patch.patch_tape_gradient(TAPE)
+    assert "@tf.autograph.experimental.do_not_convert" in text
+    namespace: dict = {}
+    exec(compile(text.replace("\n        ", "\n    "), "tape.py", "exec"), namespace)
+    import tensorflow as tf
+
+    gradient = namespace["Tape"].gradient
+    assert hasattr(gradient, "__wrapped__")  # do_not_convert's wrapper around the method
+    x = tf.Variable(3.0)
+
+    @tf.function
+    def step():
+        with namespace["Tape"]() as tape:
+            y = x * x
+        return tape.gradient(y, [x])[0]
+
+    assert float(step()) == 12.0  # the method still works in a traced step
+    with pytest.raises(patch.PatchError, match="already patched"):
+        patch.patch_tape_gradient(text)
+    with pytest.raises(patch.PatchError, match="found it 0 times"):
+        patch.patch_tape_gradient(TAPE.replace("use_generic_names=False", "names=False"))
+
+
 def _source_tree(root: Path) -> None:
     files = {
         patch.UTIL: UTIL,
         patch.TF_UTIL: TF_UTIL,
+        patch.TF_INIT: TAPE,
         **{name: KERAS for name in patch.KERAS_FILES},
     }
     for name, text in files.items():
@@ -172,6 +209,7 @@ def test_main_edits_the_files_in_place_and_exits_1_with_the_reason(tmp_path, cap
     for name in patch.KERAS_FILES:
         assert patch.KERAS_MARKER in (tmp_path / name).read_text()
     assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_UTIL).read_text()
+    assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_INIT).read_text()
     assert patch.main([str(tmp_path)]) == 1
     assert "already patched" in capsys.readouterr().err
     assert patch.main([str(tmp_path / "missing")]) == 1
@@ -185,6 +223,7 @@ def test_a_file_that_does_not_match_leaves_every_file_unwritten(tmp_path, capsys
     assert (tmp_path / patch.UTIL).read_text() == UTIL  # not half-patched
     assert (tmp_path / patch.KERAS_FILES[0]).read_text() == KERAS
     assert (tmp_path / patch.TF_UTIL).read_text() == TF_UTIL
+    assert (tmp_path / patch.TF_INIT).read_text() == TAPE
 
 
 @pytest.mark.slow
@@ -212,7 +251,8 @@ def test_the_installed_horovod_keras_never_imports_keras_3_under_tf_keras(tmp_pa
 @pytest.mark.slow
 def test_the_installed_horovod_traces_its_allreduce_without_autograph(tmp_path):
     """The built wheel carries the third edit: a function Horovod wraps is traced as
-    written, so a Python if on a tensor is refused instead of rewritten into a tf.cond."""
+    written, so a Python if on a tensor is refused instead of rewritten into a tf.cond;
+    the tape's gradient carries do_not_convert's wrapper."""
     code = (  # in a file: AutoGraph converts only functions whose source it can read
         "import tensorflow as tf\n"
         "from horovod.tensorflow.util import _make_subgraph\n"
@@ -223,6 +263,8 @@ def test_the_installed_horovod_traces_its_allreduce_without_autograph(tmp_path):
         "    print('converted')\n"
         "except TypeError as err:\n"
         "    print('as written' if 'Python `bool`' in str(err) else err)\n"
+        "import horovod.tensorflow as hvd\n"
+        "print(hasattr(hvd._DistributedGradientTape.gradient, '__wrapped__'))\n"
     )
     (tmp_path / "probe.py").write_text(code)
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -235,7 +277,7 @@ def test_the_installed_horovod_traces_its_allreduce_without_autograph(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["as", "written"], proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.split() == ["as", "written", "True"], proc.stdout + proc.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -295,4 +337,10 @@ def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(capsys):
         assert patch.digest() != printed
     finally:
         patch.SUBGRAPH_PLAIN = saved
+    saved = patch.TAPE_GRADIENT_PLAIN
+    try:
+        patch.TAPE_GRADIENT_PLAIN = saved.replace("do_not_convert", "do_not_convert()")
+        assert patch.digest() != printed
+    finally:
+        patch.TAPE_GRADIENT_PLAIN = saved
     assert patch.main(["--bogus"]) == 2
