@@ -255,30 +255,27 @@ def patch_keras_backend(text: str, name: Path) -> str:
     return text.replace(KERAS_IMPORT, KERAS_BACKEND, 1)
 
 
-def patch_subgraph(text: str) -> str:
-    """horovod/tensorflow/util.py with _make_subgraph tracing without AutoGraph (pure;
-    raises PatchError on a mismatch)."""
+def _edit_once(text: str, name: Path, old: str, new: str) -> str:
+    """``text`` with ``old`` replaced by ``new``, which carries SUBGRAPH_MARKER (pure;
+    PatchError when the marker is already there or ``old`` is not there exactly once)."""
     if SUBGRAPH_MARKER in text:
-        raise PatchError(f"{TF_UTIL} is already patched ({SUBGRAPH_MARKER!r} is in it)")
-    if text.count(SUBGRAPH) != 1:
+        raise PatchError(f"{name} is already patched ({SUBGRAPH_MARKER!r} is in it)")
+    if text.count(old) != 1:
         raise PatchError(
-            f"{TF_UTIL}: expected this text once, found it {text.count(SUBGRAPH)} times:\n"
-            f"{SUBGRAPH}"
+            f"{name}: expected this text once, found it {text.count(old)} times:\n{old}"
         )
-    return text.replace(SUBGRAPH, SUBGRAPH_PLAIN, 1)
+    return text.replace(old, new, 1)
+
+
+def patch_subgraph(text: str) -> str:
+    """horovod/tensorflow/util.py with _make_subgraph tracing without AutoGraph."""
+    return _edit_once(text, TF_UTIL, SUBGRAPH, SUBGRAPH_PLAIN)
 
 
 def patch_tape_gradient(text: str) -> str:
     """horovod/tensorflow/__init__.py with DistributedGradientTape.gradient marked
-    do_not_convert (pure; raises PatchError on a mismatch)."""
-    if SUBGRAPH_MARKER in text:
-        raise PatchError(f"{TF_INIT} is already patched ({SUBGRAPH_MARKER!r} is in it)")
-    if text.count(TAPE_GRADIENT) != 1:
-        raise PatchError(
-            f"{TF_INIT}: expected this text once, found it {text.count(TAPE_GRADIENT)} "
-            f"times:\n{TAPE_GRADIENT}"
-        )
-    return text.replace(TAPE_GRADIENT, TAPE_GRADIENT_PLAIN, 1)
+    do_not_convert."""
+    return _edit_once(text, TF_INIT, TAPE_GRADIENT, TAPE_GRADIENT_PLAIN)
 
 
 def patched_files(source: Path) -> dict[Path, str]:

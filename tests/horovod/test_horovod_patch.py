@@ -226,6 +226,23 @@ def test_a_file_that_does_not_match_leaves_every_file_unwritten(tmp_path, capsys
     assert (tmp_path / patch.TF_INIT).read_text() == TAPE
 
 
+def _probe(tmp_path: Path, code: str) -> list[str]:
+    """The words ``code`` prints, run as a file (AutoGraph reads functions' source) in a
+    fresh tf-keras process against the installed wheel."""
+    (tmp_path / "probe.py").write_text(code)
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "probe.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()
+
+
 @pytest.mark.slow
 def test_the_installed_horovod_keras_never_imports_keras_3_under_tf_keras(tmp_path):
     code = (
@@ -235,17 +252,7 @@ def test_the_installed_horovod_keras_never_imports_keras_3_under_tf_keras(tmp_pa
         "print('keras.src' in sys.modules, hvd.callbacks.K is tf.keras.backend,\n"
         "      hvd.callbacks.K.__name__.startswith('tf_keras.'))\n"
     )
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["False", "True", "True"], proc.stdout + proc.stderr[-2000:]
+    assert _probe(tmp_path, code) == ["False", "True", "True"]
 
 
 @pytest.mark.slow
@@ -253,7 +260,7 @@ def test_the_installed_horovod_traces_its_allreduce_without_autograph(tmp_path):
     """The built wheel carries the third edit: a function Horovod wraps is traced as
     written, so a Python if on a tensor is refused instead of rewritten into a tf.cond;
     the tape's gradient carries do_not_convert's wrapper."""
-    code = (  # in a file: AutoGraph converts only functions whose source it can read
+    code = (
         "import tensorflow as tf\n"
         "from horovod.tensorflow.util import _make_subgraph\n"
         "def python_if(x):\n"
@@ -266,18 +273,7 @@ def test_the_installed_horovod_traces_its_allreduce_without_autograph(tmp_path):
         "import horovod.tensorflow as hvd\n"
         "print(hasattr(hvd._DistributedGradientTape.gradient, '__wrapped__'))\n"
     )
-    (tmp_path / "probe.py").write_text(code)
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
-        [sys.executable, "probe.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["as", "written", "True"], proc.stdout + proc.stderr[-2000:]
+    assert _probe(tmp_path, code) == ["as", "written", "True"]
 
 
 @pytest.mark.slow
@@ -315,32 +311,23 @@ def test_the_installed_horovodrun_checks_gloo_without_importing_tensorflow(tmp_p
     assert "cuda" not in out and "absl" not in out, out
 
 
-def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(capsys):
+@pytest.mark.parametrize(
+    "inserted, old, new",
+    [
+        ("LIBRARY_FLAG", "return None", "return False"),
+        ("KERAS_BACKEND", "keras.backend", "tf.keras.backend"),
+        ("SUBGRAPH_PLAIN", "autograph=False", "autograph=True"),
+        ("TAPE_GRADIENT_PLAIN", "do_not_convert", "do_not_convert()"),
+    ],
+)
+def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(
+    capsys, monkeypatch, inserted, old, new
+):
     assert patch.main(["--digest"]) == 0
     printed = capsys.readouterr().out.strip()
     assert printed == patch.digest() and len(printed) == 8 and int(printed, 16) >= 0
-    saved = patch.LIBRARY_FLAG
-    try:
-        patch.LIBRARY_FLAG = saved.replace("return None", "return False", 1)
-        assert patch.digest() != printed
-    finally:
-        patch.LIBRARY_FLAG = saved
-    saved = patch.KERAS_BACKEND
-    try:
-        patch.KERAS_BACKEND = saved.replace("keras.backend", "tf.keras.backend")
-        assert patch.digest() != printed
-    finally:
-        patch.KERAS_BACKEND = saved
-    saved = patch.SUBGRAPH_PLAIN
-    try:
-        patch.SUBGRAPH_PLAIN = saved.replace("autograph=False", "autograph=True")
-        assert patch.digest() != printed
-    finally:
-        patch.SUBGRAPH_PLAIN = saved
-    saved = patch.TAPE_GRADIENT_PLAIN
-    try:
-        patch.TAPE_GRADIENT_PLAIN = saved.replace("do_not_convert", "do_not_convert()")
-        assert patch.digest() != printed
-    finally:
-        patch.TAPE_GRADIENT_PLAIN = saved
+    monkeypatch.setattr(patch, inserted, getattr(patch, inserted).replace(old, new, 1))
+    assert patch.digest() != printed
+    monkeypatch.undo()
+    assert patch.digest() == printed
     assert patch.main(["--bogus"]) == 2
