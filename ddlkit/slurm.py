@@ -50,6 +50,7 @@ from ddlkit.cluster import Host, format_hosts
 from ddlkit.contract import RUN_DIR_VAR
 from ddlkit.environments.scheduled import exec_task, serve_until_chief_reports
 from ddlkit.environments.slurm import (  # re-exported: the job step's parsers
+    EPHEMERAL_FLOOR,
     INSIDE_FIX,
     JOB_VARS,
     PORT_FLOOR,
@@ -69,6 +70,7 @@ from ddlkit.environments.slurm import (  # re-exported: the job step's parsers
 from ddlkit.errors import ConfigError
 
 __all__ = [
+    "EPHEMERAL_FLOOR",
     "INSIDE_FIX",
     "JOB_VARS",
     "PORT_FLOOR",

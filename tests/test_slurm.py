@@ -107,7 +107,15 @@ def test_default_port_base_is_the_same_for_every_task_and_differs_between_jobs()
     base = slurm.default_port_base(7)
     assert a[0]["cluster"]["worker"] == [f"vm:{base}", f"vm:{base + 1}"]
     assert slurm.default_port_base(8) - slurm.default_port_base(7) == slurm.PORTS_PER_JOB
-    assert all(1024 < slurm.default_port_base(j) < 65535 - 20 for j in (0, 1999, 2000, 10**9))
+    jobs = (0, 637, 638, 1069, 1999, 2000, 10**9)
+    assert all(1024 < slurm.default_port_base(j) for j in jobs)
+    # every port of every job below Linux's default ephemeral range (32768-60999), which the
+    # kernel hands to outgoing connections
+    assert slurm.EPHEMERAL_FLOOR == 32768
+    assert all(slurm.default_port_base(j) + slurm.PORTS_PER_JOB <= 32768 for j in jobs)
+    last = slurm.default_port_base(slurm.PORT_SLOTS - 1)  # the highest base, then it wraps
+    assert last + slurm.PORTS_PER_JOB <= slurm.EPHEMERAL_FLOOR < last + 2 * slurm.PORTS_PER_JOB
+    assert slurm.default_port_base(slurm.PORT_SLOTS) == slurm.PORT_FLOOR
 
 
 def test_missing_slurm_variables_are_named_in_one_error_with_the_fix():

@@ -34,10 +34,16 @@ STEP_VARS = (
     "SLURM_STEP_TASKS_PER_NODE",
 )
 JOB_VARS = ("SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE")
-# Ports: 20000 + 20 per job id (mod 2000), so jobs sharing a node rarely collide.
+# Ports: 20000 + 20 per job id (mod 638), so jobs sharing a node rarely collide, all below
+# 32768 where Linux's ephemeral ports start (net.ipv4.ip_local_port_range, 32768-60999 by
+# default): the kernel hands those to outgoing connections, so a fixed server port there
+# can be taken by any client on the node (seen: job 1069's chief on 41380, "Could not start
+# gRPC server"). The base must be computed the same on every node, so it is a constant,
+# not read from this node's /proc.
 PORT_FLOOR = 20000
 PORTS_PER_JOB = 20
-PORT_SLOTS = 2000
+EPHEMERAL_FLOOR = 32768
+PORT_SLOTS = (EPHEMERAL_FLOOR - PORT_FLOOR) // PORTS_PER_JOB  # 638
 INSIDE_FIX = (
     "Fix: run it as a task of a Slurm job step, e.g. `srun python -m ddlkit.slurm exec -- "
     "launch/train_multi_worker.py` inside launch/slurm/multi_worker.sbatch "
@@ -196,7 +202,8 @@ def _check_block_layout(step: SlurmStep) -> None:
 
 
 def default_port_base(job_id: int) -> int:
-    """The first port of a job's workers on each node: ``20000 + 20 * (job_id % 2000)``."""
+    """The first port of a job's workers on each node: ``20000 + 20 * (job_id % 638)``,
+    so every job's ports lie below Linux's ephemeral range (:data:`EPHEMERAL_FLOOR`)."""
     return PORT_FLOOR + PORTS_PER_JOB * (job_id % PORT_SLOTS)
 
 
