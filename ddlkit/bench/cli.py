@@ -15,6 +15,8 @@ import sys
 from ddlkit.bench.config import (
     BENCH_STRATEGIES,
     DATASETS,
+    FULL,
+    QUICK,
     QUICK_TARGET,
     RESNET_STEPS,
     TARGET,
@@ -64,13 +66,15 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
         "--target",
         type=float,
         default=None,
-        help="held-out accuracy to time (default 0.95; --quick: 0.85, reached in its steps)",
+        help=f"held-out accuracy to time (default {TARGET}; --quick: {QUICK_TARGET}, reached "
+        f"in its steps)",
     )
     p.add_argument(
         "--eval-every",
         type=int,
         default=None,
-        help="steps between held-out evaluations (default quick 20, full 25; 0: none)",
+        help=f"steps between held-out evaluations (default quick {QUICK['eval_every']}, "
+        f"full {FULL['eval_every']}; 0: none)",
     )
 
 

@@ -11,7 +11,7 @@ from harness.factories import step_record
 
 from ddlkit.bench import config, overhead, plots, run, schema, stats
 from ddlkit.bench.cli import add_bench_parser
-from ddlkit.bench.config import BenchCase, plan_cases
+from ddlkit.bench.config import QUICK_TARGET, TARGET, BenchCase, plan_cases
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.metrics.records import Record
 
@@ -349,6 +349,17 @@ def test_cli_parser_defaults_and_choices():
     assert args.resnet and args.resnet_steps == 12
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--strategies", "ring"])
+
+
+def test_cli_help_states_the_plans_own_defaults():
+    parser = argparse.ArgumentParser(prog="ddlkit")
+    sub = parser.add_subparsers(dest="command")
+    add_bench_parser(sub)
+    text = " ".join(sub.choices["bench"].format_help().split())
+    (quick,) = {c.eval_every for c in plan_cases(True, 2, True) if c.eval_every}
+    (full,) = {c.eval_every for c in plan_cases(False, 2, True) if c.eval_every}
+    assert f"default quick {quick}, full {full}; 0: none" in text
+    assert f"(default {TARGET}; --quick: {QUICK_TARGET}," in text
 
 
 def test_cli_bad_repeats_is_one_clear_error_and_nothing_runs(tmp_path, capsys):
