@@ -47,7 +47,10 @@ from ddlkit.data import pipeline
 from ddlkit.errors import ConfigError
 
 MAX_PERIOD = 32  # Downpour steps unrolled into one scheduled function
-MAX_TRIES = 50  # rounds of scheduling before a synchronous round gives up on a worker
+# Seconds a synchronous round waits for every worker's push before it gives up on one. A
+# bound in time, not in tries: a refused push returns in milliseconds, and 50 tries ran out
+# (suite run, both cores busy) while the other worker was still preparing its first push.
+ROUND_TIMEOUT = 120.0
 
 
 def _flags(parser: argparse.ArgumentParser) -> None:
@@ -160,7 +163,8 @@ class SyncPS:
     def push_all(self, iterator) -> list[tuple[int, float]]:
         """Schedule pushes until every worker has pushed once: (staleness, loss) of each."""
         got: list[tuple[int, float]] = []
-        for _ in range(MAX_TRIES):
+        deadline = time.monotonic() + ROUND_TIMEOUT
+        while True:
             remote = [
                 self.coordinator.schedule(self.push_fn, args=(iterator,))  # [dist] any worker
                 for _ in range(self.workers - len(got))
@@ -173,11 +177,13 @@ class SyncPS:
                     self.refused += 1
             if len(got) == self.workers:
                 return got
-        raise ConfigError(
-            f"only {len(got)} of {self.workers} workers pushed after {MAX_TRIES} tries: a "
-            f"worker is gone, and a synchronous round waits for every worker (as MXNet's "
-            f"dist_sync does). Fix: restart the job with the workers it has."
-        )
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"only {len(got)} of {self.workers} workers pushed in {ROUND_TIMEOUT:.0f} "
+                    f"s: a worker is gone, and a synchronous round waits for every worker (as "
+                    f"MXNet's dist_sync does). Fix: restart the job with the workers it has."
+                )
+            time.sleep(0.01)  # refused: leave the core to a worker still busy elsewhere
 
     def apply(self) -> None:
         self.coordinator.schedule(self.apply_fn)  # [dist] one update on the ps tasks
