@@ -60,7 +60,8 @@ def _flags(parser: argparse.ArgumentParser) -> None:
         "--steps-per-execution",
         type=int,
         default=STEPS_PER_CALL,
-        help="training steps per scheduled function (one round trip chief-worker)",
+        help="most training steps per scheduled function (one round trip chief-worker); "
+        "fewer when that many do not divide --report-every and --eval-every",
     )
     parser.add_argument("--eval-every", type=int, default=100, help="steps between evals (0: none)")
     parser.add_argument("--eval-examples", type=int, default=2000, help="held-out test images")
@@ -227,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset))  # [dist]
     evaluate = Evaluator(args.dataset, args.seed)
     x_eval, y_eval = x_test[: args.eval_examples], y_test[: args.eval_examples]
+    workers = len(cluster["worker"])
+    size = ps.call_size(per_call, args.report_every, args.eval_every, workers)  # one trace
     reporter = metrics.Reporter()
     reporter.event(
         "train_begin",
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         every=args.report_every,
         initial_step=0,
-        workers=len(cluster["worker"]),
+        workers=workers,
         ps=len(cluster["ps"]),
     )
     all_stale: list[int] = []
@@ -256,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         k = min(args.report_every, total_steps - done, next_eval - done)
         start = time.perf_counter()
-        size = max(1, min(per_call, k // len(cluster["worker"])))  # [dist] work for every worker
-        chunks = [min(size, k - i) for i in range(0, k, size)]
+        chunks = ps.split_steps(k, size)  # [dist] functions of `size` steps, any free worker
         remote = [coordinator.schedule(train_step, args=(iterator, n)) for n in chunks]  # [dist]
         coordinator.join()  # [dist] wait for every scheduled step (a lost worker's are rerun)
         elapsed = time.perf_counter() - start

@@ -227,3 +227,43 @@ def test_comparison_needs_two_runs_and_one_kind_per_run(tmp_path):
         ps.Comparison((run,))
     with pytest.raises(DdlkitError, match="one kind per run"):
         ps.Comparison((run, run), kinds=("sync",))
+
+
+def _intervals(total: int, report_every: int, eval_every: int) -> list[int]:
+    """The steps between the chief's joins, as launch/train_parameter_server.py walks them."""
+    done, next_eval, out = 0, (0 if eval_every else total + 1), []
+    while done < total:
+        if done == next_eval:
+            next_eval = done + eval_every
+        k = min(report_every, total - done, next_eval - done)
+        out.append(k)
+        done += k
+    return out
+
+
+@pytest.mark.parametrize(
+    ("per_call", "report", "every", "workers", "size"),
+    [
+        (10, 20, 100, 1, 10),  # the script's defaults
+        (10, 20, 20, 2, 10),  # the benchmark's: a function per worker between joins
+        (10, 20, 25, 1, 5),  # joins at 20, 25, 40, 45, ...: 5 divides them all
+        (10, 20, 0, 4, 5),  # 4 workers: 4 functions of 5 between joins
+        (10, 3, 0, 8, 1),
+        (1, 20, 100, 1, 1),
+    ],
+)
+def test_call_size_divides_every_interval_between_joins(per_call, report, every, workers, size):
+    assert ps.call_size(per_call, report, every, workers) == size
+    for total in (50, 200, 937):
+        intervals = _intervals(total, report, every)
+        sizes = {n for k in intervals[:-1] for n in ps.split_steps(k, size)}
+        assert sizes <= {size}  # one traced function for all but the run's last interval
+        assert sum(sum(ps.split_steps(k, size)) for k in intervals) == total
+
+
+def test_split_steps_and_bad_call_sizes():
+    assert ps.split_steps(25, 10) == [10, 10, 5] and ps.split_steps(3, 10) == [3]
+    with pytest.raises(DdlkitError, match="per_call=0"):
+        ps.call_size(0, 20)
+    with pytest.raises(DdlkitError, match="eval_every=-1"):
+        ps.call_size(10, 20, -1)
