@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ddlkit import contract, settings
-from ddlkit.bench.config import BenchCase
+from ddlkit.bench.config import EVALS_OUTSIDE_STEP_TIME, BenchCase
 from ddlkit.bench.cpu import CpuWatch
 from ddlkit.bench.measured import BenchResult, CaseResult, machine_info
 from ddlkit.bench.overhead import measure_overhead
@@ -130,6 +130,7 @@ def run_case_once(
         target=target,
         foreign_cpu=foreign,
         comm_ms_per_step=comm,
+        evals_in_step_time=case.strategy not in EVALS_OUTSIDE_STEP_TIME,
     )
 
 

@@ -78,10 +78,16 @@ def measure(
     target: float | None = None,
     foreign_cpu: float | None = None,
     comm_ms_per_step: float | None = None,
+    evals_in_step_time: bool = True,
 ) -> RunMeasure:
     """A run's steady-state throughput (all workers' examples/s added up) and step time,
-    without the steps that waited for an evaluation; the time to `target` accuracy."""
-    kept = steady(records, warmup_steps(steps), eval_waits(records))
+    without the steps that waited for an evaluation; the time to `target` accuracy.
+
+    ``evals_in_step_time=False``: the script times its steps without its evaluations
+    (the parameter-server chief evaluates between joins, outside the timed interval), so
+    no record is left out for them."""
+    waits = eval_waits(records) if evals_in_step_time else set()
+    kept = steady(records, warmup_steps(steps), waits)
     if not kept:
         raise DdlkitError(
             f"run {run_id} sent no step records after the first {warmup_steps(steps)} steps. "

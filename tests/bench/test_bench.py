@@ -88,7 +88,7 @@ def test_case_arguments_fix_the_steps(tmp_path):
     assert evals[-4:] == ["--eval-every", "10", "--eval-examples", str(config.EVAL_EXAMPLES)]
     with pytest.raises(ConfigError, match="eval_every=-1"):
         BenchCase("single", 1, 40, eval_every=-1)
-    assert [c.eval_every for c in plan_cases(True, 2, True)] == [0] + [25] * 10  # reference: 0
+    assert [c.eval_every for c in plan_cases(True, 2, True)] == [0] + [20] * 10  # reference: 0
     assert {c.eval_every for c in plan_cases(False, 2, True, eval_every=0)} == {0}
     assert case.launch_strategy == "multi_worker"
     assert BenchCase("single", 1, 5).launch_strategy == "mirrored"
@@ -484,6 +484,15 @@ def test_measure_leaves_out_steps_that_waited_for_an_eval_and_times_the_target()
                            wall_seconds=9.0, target=0.99)  # fmt: skip
     assert missed.seconds_to_target is None and missed.best_eval_accuracy == 0.97
     assert stats.time_to_target([], 0.5) is None
+    # The PS chief: a record per 10 steps, an evaluation before each, timed without it.
+    ps = [step_record("chief-0", s, 640.0, step_time=0.1) for s in (10, 20, 30)]
+    ps += [_eval("chief-0", s, 0.9, s / 10) for s in (0, 10, 20, 30)]
+    with pytest.raises(DdlkitError, match="no step records after the first 6 steps"):
+        stats.measure(ps, {"test_accuracy": 0.9}, run_id="r", steps=30, wall_seconds=9.0)
+    kept = stats.measure(ps, {"test_accuracy": 0.9}, run_id="r", steps=30, wall_seconds=9.0,
+                         evals_in_step_time=False)  # fmt: skip
+    assert kept.step_time == pytest.approx(0.1)
+    assert config.EVALS_OUTSIDE_STEP_TIME == {"parameter_server"}
 
 
 def test_communication_is_measured_estimated_or_says_why_not():
