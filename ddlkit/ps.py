@@ -211,7 +211,8 @@ def call_size(per_call: int, report_every: int, eval_every: int = 0, workers: in
             raise DdlkitError(f"{name}={value!r}: must be an int >= 1. Fix: e.g. 10.")
     if type(eval_every) is not int or eval_every < 0 or type(workers) is not int or workers < 1:
         raise DdlkitError(
-            f"eval_every={eval_every!r}, workers={workers!r}: need an int >= 0 and an int >= 1."
+            f"eval_every={eval_every!r}, workers={workers!r}: need an int >= 0 and an int >= 1. "
+            f"Fix: eval_every 0 (no evaluations) or the steps between them; 1 or more workers."
         )
     between = math.gcd(report_every, eval_every)  # gcd(n, 0) == n: no evaluations
     cap = max(1, min(per_call, report_every // workers))

@@ -4,8 +4,9 @@ One script for every role. The ps and worker tasks only start a TensorFlow serve
 their TF_CONFIG and wait in ``join()``: they run whatever the coordinator sends them. The
 chief is the coordinator: it builds the model with its variables on the ps tasks (large
 ones sharded across them), and a ``ClusterCoordinator`` ``schedule()``s training steps,
-``--steps-per-execution`` of them per scheduled function, which run on whichever worker is
-free, and ``join()``s every ``--report-every`` steps.
+up to ``--steps-per-execution`` of them per scheduled function (the same number in each:
+``ddlkit.ps.call_size``), which run on whichever worker is free, and ``join()``s every
+``--report-every`` steps and at each evaluation.
 
 Workers update the shared variables without waiting for each other (asynchronous
 training, like MXNet's ``dist_async`` or Downpour SGD). Each step measures its gradient
