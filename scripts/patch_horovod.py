@@ -222,60 +222,57 @@ class PatchError(RuntimeError):
     """Horovod's source is not the text this patch was written for."""
 
 
+def _unpatched(text: str, name: Path, marker: str) -> str:
+    """``text``, or PatchError if an earlier run of this edit left ``marker`` in it (pure)."""
+    if marker in text:
+        raise PatchError(f"{name} is already patched ({marker!r} is in it)")
+    return text
+
+
+def _once(text: str, name: Path, needed: str, what: str = "this text") -> None:
+    """PatchError unless ``needed`` is in ``text`` exactly once (pure)."""
+    if text.count(needed) != 1:
+        raise PatchError(
+            f"{name}: expected {what} once, found it {text.count(needed)} times:\n{needed}"
+        )
+
+
+def _replace_once(text: str, name: Path, old: str, new: str, what: str = "this text") -> str:
+    """``text`` with its one ``old`` replaced by ``new`` (pure; PatchError otherwise)."""
+    _once(text, name, old, what)
+    return text.replace(old, new, 1)
+
+
 def patch_util(text: str) -> str:
     """util.py's text with the library check added (pure; raises PatchError on a mismatch)."""
-    if MARKER in text:
-        raise PatchError(f"{UTIL} is already patched ({MARKER!r} is in it)")
-    if text.count(ANCHOR) != 1:
-        raise PatchError(
-            f"{UTIL}: expected the end of _check_extension_lambda once, found it "
-            f"{text.count(ANCHOR)} times:\n{ANCHOR}"
-        )
-    text = text.replace(ANCHOR, ANCHOR + LIBRARY_FLAG, 1)
+    text = _unpatched(text, UTIL, MARKER)
+    end = "the end of _check_extension_lambda"
+    text = _replace_once(text, UTIL, ANCHOR, ANCHOR + LIBRARY_FLAG, end)
     for label, c_function in CHECKS.items():
-        old = _check_call(label)
-        if text.count(old) != 1:
-            raise PatchError(
-                f"{UTIL}: expected {label}'s check once, found it {text.count(old)} times:\n{old}"
-            )
-        text = text.replace(old, _patched_call(label, c_function), 1)
+        new = _patched_call(label, c_function)
+        text = _replace_once(text, UTIL, _check_call(label), new, f"{label}'s check")
     return text
 
 
 def patch_keras_backend(text: str, name: Path) -> str:
     """One file of Horovod's Keras with its backend taken from tf.keras (pure; raises
     PatchError on a mismatch). ``keras`` is the file's own ``from tensorflow import keras``."""
-    if KERAS_MARKER in text:
-        raise PatchError(f"{name} is already patched ({KERAS_MARKER!r} is in it)")
-    for needed in ("from tensorflow import keras\n", KERAS_IMPORT):
-        if text.count(needed) != 1:
-            raise PatchError(
-                f"{name}: expected this text once, found it {text.count(needed)} times:\n{needed}"
-            )
-    return text.replace(KERAS_IMPORT, KERAS_BACKEND, 1)
-
-
-def _edit_once(text: str, name: Path, old: str, new: str) -> str:
-    """``text`` with ``old`` replaced by ``new``, which carries SUBGRAPH_MARKER (pure;
-    PatchError when the marker is already there or ``old`` is not there exactly once)."""
-    if SUBGRAPH_MARKER in text:
-        raise PatchError(f"{name} is already patched ({SUBGRAPH_MARKER!r} is in it)")
-    if text.count(old) != 1:
-        raise PatchError(
-            f"{name}: expected this text once, found it {text.count(old)} times:\n{old}"
-        )
-    return text.replace(old, new, 1)
+    text = _unpatched(text, name, KERAS_MARKER)
+    _once(text, name, "from tensorflow import keras\n")
+    return _replace_once(text, name, KERAS_IMPORT, KERAS_BACKEND)
 
 
 def patch_subgraph(text: str) -> str:
     """horovod/tensorflow/util.py with _make_subgraph tracing without AutoGraph."""
-    return _edit_once(text, TF_UTIL, SUBGRAPH, SUBGRAPH_PLAIN)
+    text = _unpatched(text, TF_UTIL, SUBGRAPH_MARKER)
+    return _replace_once(text, TF_UTIL, SUBGRAPH, SUBGRAPH_PLAIN)
 
 
 def patch_tape_gradient(text: str) -> str:
     """horovod/tensorflow/__init__.py with DistributedGradientTape.gradient marked
     do_not_convert."""
-    return _edit_once(text, TF_INIT, TAPE_GRADIENT, TAPE_GRADIENT_PLAIN)
+    text = _unpatched(text, TF_INIT, SUBGRAPH_MARKER)
+    return _replace_once(text, TF_INIT, TAPE_GRADIENT, TAPE_GRADIENT_PLAIN)
 
 
 def patched_files(source: Path) -> dict[Path, str]:
