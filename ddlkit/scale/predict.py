@@ -39,7 +39,9 @@ from ddlkit.scale.hardware import Hardware
 from ddlkit.scale.models import BACKWARD_SHARE, ModelSpec
 
 KINDS = ("ring", "tree", "halving_doubling", "hierarchical", "ps", "async_ps")
-FUSION_BYTES = 64 * 2**20  # Horovod's default HOROVOD_FUSION_THRESHOLD
+# HOROVOD_FUSION_THRESHOLD's default in the Horovod of the published runs (2017-18); Horovod
+# 0.28 defaults to 128 MiB (horovod/common/operations.cc). One fixed assumption for every setup.
+FUSION_BYTES = 64 * 2**20
 DEFAULT_OVERLAP = 0.5
 
 
