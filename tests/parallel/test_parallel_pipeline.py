@@ -115,6 +115,16 @@ moved = [float(np.max(np.abs(np.asarray(v) - b)))
          for v, b in zip(split.trainable_variables, before)]
 records = dk.metrics.load_run(summary.run_dir)
 steps = [r for r in records if r.kind == "step"]
+
+
+def side_by_side(timeline):  # stage 0 and stage 1 at work on different micro-batches at once
+    work = [t for t in timeline.timings if t.task.kind != "U"]
+    return sum(1 for a in work for b in work
+               if a.task.stage == 0 and b.task.stage == 1
+               and a.task.micro_batch != b.task.micro_batch
+               and a.start < b.end and b.start < a.end)
+
+
 test = dk.data.pipeline.make_dataset(x_train[:512], y_train[:512], batch_size=128, shuffle=False)
 x = rng.random((64, 28, 28, 1), dtype=np.float32)
 y = rng.integers(0, 10, 64)
@@ -139,6 +149,7 @@ print(json.dumps({
     "steps": len(steps), "bubble_metric": [r.metrics.get("bubble") for r in steps[:3]],
     "eps": summary.examples_per_sec, "seconds": summary.train_seconds,
     "violations": summary.last_timeline.order_violations(),
+    "side_by_side": side_by_side(summary.last_timeline),
     "sweep": [[p.micro_batches, p.bubble, p.theory, p.cores_used] for p in sweep.points],
     "sweep_html": sweep._repr_html_(), "errors": errors,
 }))
@@ -155,9 +166,12 @@ print(json.dumps({
     (m1, bubble1, theory1, cores1), (m4, bubble4, theory4, cores4) = got["sweep"]
     assert (m1, theory1, m4, theory4) == (1, 0.5, 4, 0.2)
     assert 0 < cores1 <= 2.5 and 0 < cores4 <= 2.5  # 2 cores, some slack for clock reads
-    # With one micro-batch a stage can only idle while the other works; with four they
-    # overlap. Generous: what the schedule allows, not a speed claim.
-    assert bubble4 < bubble1
+    assert 0.0 <= bubble1 < 1.0 and 0.0 <= bubble4 < 1.0
+    # With one micro-batch a stage can only idle while the other works; with four the stages
+    # work side by side on different micro-batches. Which bubble is smaller is a speed claim
+    # (notebook 04 and benchmarks/bench_pipeline.py measure it): under a loaded suite both
+    # sweeps measured about 0.4.
+    assert got["side_by_side"] > 0, got
     assert "bubble" in got["sweep_html"]
     assert "micro_batches=0 must be an integer >= 1" in got["errors"][0]
     assert "micro_batches=3 does not divide batch_size=64" in got["errors"][1]
