@@ -155,6 +155,17 @@ def _results(run) -> dict[str, dict]:
     return results
 
 
+def _gradients(tl) -> list[str]:
+    """The timeline's gradient all-reduces: not the broadcasts, not the metrics' one."""
+    return [t for t in tl.tensors if "Allreduce" in t and t != "HorovodAllreduce"]
+
+
+def _bursts(starts: list[float], gap_us: float) -> int:
+    """How many runs of `starts` (microseconds) with no gap above `gap_us` inside one."""
+    ordered = sorted(starts)
+    return 1 + sum(b - a > gap_us for a, b in zip(ordered, ordered[1:], strict=False))
+
+
 def test_tf_keras_path_trains_with_identical_replicas_and_live_metrics(
     horovodrun, data_env, tmp_path
 ):
@@ -164,8 +175,17 @@ def test_tf_keras_path_trains_with_identical_replicas_and_live_metrics(
         workers=2,
         args=["--steps-per-epoch", "12", "--epochs", "2", "--warmup-epochs", "1"],
         runs_dir=tmp_path,
+        env={"HOROVOD_TIMELINE": str(tmp_path / "timeline.json")},
     )
     assert run.wait(timeout=400).ok, run.tail("horovodrun", 60)
+    # The script's default --groups 1: the CNN's 8 gradients go in one grouped all-reduce,
+    # once a step (24 steps), not one by one as the backward pass makes them.
+    tl = dkh.load_timeline(tmp_path / "timeline.json")
+    grads = _gradients(tl)
+    assert len(grads) == 8 and all("GroupedAllreduce" in t for t in grads), tl.tensors
+    starts = [s.start for s in tl.spans if s.name == "ALLREDUCE" and s.tensor in grads]
+    assert len(starts) == 8 * 24, len(starts)
+    assert _bursts(starts, gap_us=1000) == 24, sorted(starts)
     r0, r1 = _results(run).values()
     assert r0["weights_checksum"] == r1["weights_checksum"], "replicas diverged"
     assert r0["loss"] == r1["loss"], "MetricAverageCallback: ranks disagree on the epoch loss"
@@ -309,6 +329,8 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
             "2",
             "--runs-dir",
             str(tmp_path),
+            "--env",
+            f"HOROVOD_TIMELINE={tmp_path / 'timeline.json'}",
             str(LAUNCH / "train_horovod.py"),
             "--",
             "--steps-per-epoch",
@@ -318,6 +340,8 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
             "--fp16",
             "--backward-passes",
             "2",
+            "--groups",
+            "0",
         ],
         capture_output=True,
         text=True,
@@ -329,6 +353,9 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
     results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
     assert sorted(results) == ["rank-0", "rank-1"]
     assert results["rank-0"]["weights_checksum"] == results["rank-1"]["weights_checksum"]
+    # --groups 0: Horovod's own default, one all-reduce per gradient (8), none grouped
+    grads = _gradients(dkh.load_timeline(tmp_path / "timeline.json"))
+    assert len(grads) == 8 and not any("Grouped" in t for t in grads), grads
 
 
 def test_backward_passes_below_one_are_refused_before_horovod_starts(tmp_path):
