@@ -32,11 +32,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # uv installs the kit and its dependencies into the venv: the same versions pip resolves,
-# in about 16 s from its cache (~/.cache/uv) where pip took 60-70 s to unpack TensorFlow
-# and the rest again for every clean clone. pip bootstraps it, pinned.
+# in about 24 s from its cache (~/.cache/uv) where pip took 60-70 s to unpack TensorFlow
+# and the rest again for every clean clone. pip bootstraps it, pinned. --compile-bytecode
+# as pip does: without it the first processes of the suite, started side by side, each
+# compiled TensorFlow's modules again (and every process does where PYTHONDONTWRITEBYTECODE
+# is set): the notebooks' kernels and workers took 180 CPU-s more.
 $(INSTALLED): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)"
-	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2> >(grep -v "is ignored: it is neither" >&2)
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e ".[$(EXTRAS)]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ddlkit)" >/dev/null
 	rm -f $(VENV)/.installed-*
 	touch $@
