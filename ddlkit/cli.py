@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
         help="an extra variable for every worker (repeatable)",
     )  # fmt: skip
     p.add_argument("--runs-dir", type=Path, default=None, help="default: DDLKIT_RUNS or ./runs")
+    p.add_argument(
+        "--horovod-transport", choices=("auto", "gloo", "mpi"), default="auto",
+        help="horovod: MPI or Gloo (auto: MPI here when Horovod was built with it)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=None, help="seconds before the job is stopped")
     remote = p.add_argument_group("other hosts (over SSH, in BatchMode)")
     remote.add_argument("--ssh-identity", help="private key file (default: ssh's own)")
@@ -183,6 +187,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             env=dict(args.env),
             engine=args.engine,
             master=args.master,
+            horovod_transport=args.horovod_transport,
         )
         if run.preflight is not None:
             print(run.preflight)

@@ -29,8 +29,10 @@ from ddlkit.launch.spec import JobSpec, check_env, redact
 from ddlkit.strategies.base import Planner, merge_checked
 from ddlkit.strategies.base import remote_ports as remote_ports  # re-exported
 from ddlkit.strategies.horovod import START_TIMEOUT as HOROVOD_START_TIMEOUT  # noqa: F401
+from ddlkit.strategies.horovod import TRANSPORTS
 from ddlkit.strategies.horovod import find_horovodrun as find_horovodrun
 from ddlkit.strategies.horovod import horovodrun_argv as horovodrun_argv
+from ddlkit.strategies.horovod import mpi_unavailable as mpi_unavailable
 
 STRATEGIES = strategies.BUILTIN  # ddlkit.strategies.names(): the registered ones
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -76,9 +78,22 @@ class LaunchConfig:
     hostfile: Path | None = None
     cores: tuple[int, ...] | None = None
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
+    horovod_transport: str = "auto"
 
     def __post_init__(self) -> None:
         strategy = strategies.get(self.strategy)  # ConfigError naming the known ones
+        if self.horovod_transport not in TRANSPORTS:
+            raise ConfigError(
+                f"horovod_transport={self.horovod_transport!r} is not one of "
+                f"{', '.join(TRANSPORTS)}. Fix: pass 'auto' (MPI where this Horovod has it), "
+                f"'gloo' or 'mpi'."
+            )
+        if self.horovod_transport != "auto" and self.strategy != "horovod":
+            raise ConfigError(
+                f"horovod_transport={self.horovod_transport!r} with strategy "
+                f"{self.strategy!r}: only the horovod strategy has a transport to choose. "
+                f"Fix: drop horovod_transport, or use strategy='horovod'."
+            )
         if type(self.workers) is not int or self.workers < 1:
             raise ConfigError(
                 f"workers={self.workers!r}: a job needs at least one worker. "
@@ -248,11 +263,13 @@ def plan(
     cores: tuple[int, ...] = (),
     gpus: tuple[str, ...] = (),
     horovodrun: str | None = None,
+    mpi_unavailable: str | None = "not checked",
 ) -> JobSpec:
     """The JobSpec for `config` (pure: every input is given): the strategy's workers.
 
     ``cores`` are this machine's; ``config.cores``, when given, replaces them and confines
-    every local process of the run to them (see `LaunchConfig`).
+    every local process of the run to them (see `LaunchConfig`). ``mpi_unavailable``: None
+    when Horovod can run over MPI here, else why not (`mpi_unavailable`).
     """
     run_dir = Path(run_dir)
     planned = {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
@@ -267,6 +284,7 @@ def plan(
         cores=tuple(cores if config.cores is None else config.cores),
         gpus=tuple(gpus),
         horovodrun=horovodrun,
+        mpi_unavailable=mpi_unavailable,
         confine=config.cores is not None and not gpus,
     )
     workers = config.strategy_impl.workers(config, cluster, planner)

@@ -188,6 +188,7 @@ def start(
     env: Mapping[str, str] | None = None,
     engine: str = "local",
     master: str | None = None,
+    horovod_transport: str = "auto",
 ) -> Run:
     """Start `script` under `strategy` with `workers` workers; returns at once.
 
@@ -212,6 +213,9 @@ def start(
 
         run = dk.launch.start(script, workers=2, cores=(2, 3), env={"MY_FLAG": "1"})
 
+    ``horovod_transport``: ``"auto"`` (MPI for the ranks of this machine when Horovod was
+    built with it, else Gloo), ``"gloo"`` or ``"mpi"`` (`ddlkit.strategies.horovod`).
+
     ``engine="spark"`` with ``master`` (``spark://HOST:PORT``, ``local[N]``, ``yarn``):
     the workers run as Spark tasks (multi_worker: a barrier stage; horovod:
     ``horovod.spark.run``); the run's one process is the driver (:mod:`ddlkit.spark`).
@@ -233,9 +237,15 @@ def start(
         hostfile=None if hostfile is None else Path(hostfile),
         cores=None if cores is None else tuple(cores),
         env=dict(env or {}),
+        horovod_transport=horovod_transport,
         **({"python": python} if python is not None else {}),
     )
     script_check.check(config.script, strategy)  # parses, and fits the strategy? else ConfigError
+    if engine == "spark" and horovod_transport == "mpi":
+        raise ConfigError(
+            "horovod_transport='mpi' with engine='spark': horovod.spark.run starts the ranks "
+            "as Spark tasks over Gloo. Fix: drop horovod_transport (or pass 'gloo')."
+        )
     if engine == "spark":
         from ddlkit.spark.submit import start as spark_start
 
@@ -249,6 +259,9 @@ def start(
     run_dir = Path(runs_dir or settings.runs_dir()) / run_id
     impl = config.strategy_impl
     horovodrun = plan.find_horovodrun(config.python) if impl.needs_horovodrun else None
+    no_mpi = "not asked for"
+    if horovodrun is not None and config.horovod_transport != "gloo" and not config.remote:
+        no_mpi = plan.mpi_unavailable(config.python)
     cluster = plan.cluster_for(config)
     checked = _preflight(config, cluster, preflight_timeout) if config.remote else None
     collector = (
@@ -269,6 +282,7 @@ def start(
             cores=devices.local_cores() if config.cores is None else config.cores,
             gpus=devices.local_gpus(),
             horovodrun=horovodrun,
+            mpi_unavailable=no_mpi,
         )
         for worker in spec.workers:  # a local worker's cwd here; a remote one's on its host
             for_worker(worker).prepare(worker)

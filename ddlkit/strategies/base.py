@@ -41,6 +41,7 @@ class Planner:
 
     ``cores`` are the cores the run may use; ``confine`` (cores given explicitly, no GPUs)
     puts every local process without a slice of its own on all of them.
+    ``mpi_unavailable`` is None when this machine's Horovod can run over MPI, else why not.
     """
 
     config: LaunchConfig
@@ -49,6 +50,7 @@ class Planner:
     cores: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
     horovodrun: str | None = None
+    mpi_unavailable: str | None = "not checked"  # None: Horovod can run over MPI here
     confine: bool = False
 
     @property

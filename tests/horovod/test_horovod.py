@@ -1,4 +1,4 @@
-"""Horovod for real: horovodrun with 2 ranks over Gloo on loopback.
+"""Horovod for real: horovodrun with 2 ranks on loopback, over MPI and over Gloo.
 
 These need Horovod built into the venv (``make test`` does it through
 scripts/build-horovod.sh). Without it they fail, naming the fix: CI must not
@@ -181,6 +181,8 @@ def test_tf_keras_path_trains_with_identical_replicas_and_live_metrics(
     # The script's default --groups 1: the CNN's 8 gradients go in one grouped all-reduce,
     # once a step (24 steps), not one by one as the backward pass makes them.
     tl = dkh.load_timeline(tmp_path / "timeline.json")
+    # horovod_transport="auto": this machine's Horovod has MPI, so the ranks ran over it.
+    assert "MPI_ALLREDUCE" in tl.activities and "GLOO_ALLREDUCE" not in tl.activities
     grads = _gradients(tl)
     assert len(grads) == 8 and all("GroupedAllreduce" in t for t in grads), tl.tensors
     starts = [s.start for s in tl.spans if s.name == "ALLREDUCE" and s.tensor in grads]
@@ -331,6 +333,8 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
             str(tmp_path),
             "--env",
             f"HOROVOD_TIMELINE={tmp_path / 'timeline.json'}",
+            "--horovod-transport",
+            "gloo",
             str(LAUNCH / "train_horovod.py"),
             "--",
             "--steps-per-epoch",
@@ -354,7 +358,9 @@ def test_cli_launches_the_horovod_strategy(horovodrun, data_env, tmp_path):
     assert sorted(results) == ["rank-0", "rank-1"]
     assert results["rank-0"]["weights_checksum"] == results["rank-1"]["weights_checksum"]
     # --groups 0: Horovod's own default, one all-reduce per gradient (8), none grouped
-    grads = _gradients(dkh.load_timeline(tmp_path / "timeline.json"))
+    tl = dkh.load_timeline(tmp_path / "timeline.json")
+    assert "GLOO_ALLREDUCE" in tl.activities and "MPI_ALLREDUCE" not in tl.activities
+    grads = _gradients(tl)
     assert len(grads) == 8 and not any("Grouped" in t for t in grads), grads
 
 
@@ -397,11 +403,21 @@ def _mpi_built() -> bool:
     return out.stdout.strip().endswith("True")
 
 
+def test_the_mpi_check_asks_the_pythons_own_horovod(horovodrun, tmp_path):
+    assert plan.mpi_unavailable(sys.executable) == (None if _mpi_built() else (
+        f"the Horovod of {sys.executable} was built without MPI"
+    ))  # fmt: skip
+    bare = tmp_path / "python"  # a Python whose import path has no Horovod
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    bare.chmod(0o755)
+    assert "could not import Horovod" in plan.mpi_unavailable(str(bare))
+
+
 def test_horovodrun_mpi_when_horovod_is_built_with_mpi(horovodrun, tmp_path):
     if not _mpi_built():
         pytest.skip(
-            "this Horovod was built without MPI (the default). To run this test: install "
-            "openmpi-bin and libopenmpi-dev, then scripts/build-horovod.sh --mpi"
+            "this Horovod was built without MPI (make ... HOROVOD_MPI=). To run this test: "
+            "install openmpi-bin and libopenmpi-dev, then scripts/build-horovod.sh --mpi"
         )
     script = _write(tmp_path, "allreduce.py", _ALLREDUCE)
     proc = _horovodrun(horovodrun, script, str(tmp_path), transport="--mpi")

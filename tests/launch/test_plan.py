@@ -92,6 +92,42 @@ def test_horovod_runs_horovodrun_with_gloo_and_the_hosts():
     assert hvd.argv[7] == str(SCRIPT)
 
 
+def _horovod_flags(transport="auto", mpi_unavailable=None, hosts=None):
+    cfg = p.LaunchConfig(
+        script=SCRIPT, strategy="horovod", workers=2, hosts=hosts, horovod_transport=transport
+    )
+    job = p.plan(
+        cfg,
+        None,
+        run_id="r",
+        run_dir=Path("/tmp/r"),
+        horovodrun="/opt/hvd/horovodrun",
+        mpi_unavailable=mpi_unavailable,
+    )
+    (hvd,) = job.workers
+    return [a for a in hvd.argv if a.startswith("--") and a != "--start-timeout"]
+
+
+def test_horovod_transport_is_mpi_here_when_horovod_has_it_and_gloo_otherwise():
+    mpi = ["--mpi", "--mpi-args=--mca mpi_yield_when_idle 1"]
+    assert _horovod_flags() == mpi
+    assert _horovod_flags("mpi") == mpi
+    assert _horovod_flags(mpi_unavailable="built without MPI") == ["--gloo"]
+    assert _horovod_flags("gloo") == ["--gloo"]
+    assert _horovod_flags(hosts="10.0.0.7:1,10.0.0.8:1") == ["--gloo"]  # over ssh: Gloo
+
+
+def test_horovod_transport_errors_name_the_cause_and_the_fix():
+    with pytest.raises(ConfigError, match="built without MPI.*apt-get install openmpi-bin"):
+        _horovod_flags("mpi", mpi_unavailable="the Horovod of X was built without MPI")
+    with pytest.raises(ConfigError, match="over Gloo only"):
+        _horovod_flags("mpi", hosts="10.0.0.7:1,10.0.0.8:1")
+    with pytest.raises(ConfigError, match="not one of auto, gloo, mpi"):
+        p.LaunchConfig(script=SCRIPT, strategy="horovod", horovod_transport="nccl")
+    with pytest.raises(ConfigError, match="only the horovod strategy"):
+        p.LaunchConfig(script=SCRIPT, strategy="multi_worker", horovod_transport="mpi")
+
+
 def test_horovod_ranks_get_their_cores_to_pin_themselves_only_where_each_has_one():
     from ddlkit.horovod.pinning import RANK_CPUS_VAR
 
