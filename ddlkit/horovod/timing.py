@@ -14,7 +14,9 @@ tensors are all latency, large ones all bandwidth; that is why Horovod fuses
 small gradients into one buffer (``HOROVOD_FUSION_THRESHOLD``).
 
 :func:`measure` runs inside each rank; :func:`allreduce_timing` starts ``np``
-ranks through ``horovod.run`` (Gloo) and collects rank 0's numbers.
+ranks through ``horovod.run`` and collects rank 0's numbers. It uses the transport the
+horovod strategy uses here (``transport="auto"``: MPI where Horovod has it, else Gloo), so
+the fit describes the all-reduces of the benchmark's Horovod runs.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class AllreduceTiming:
     points: tuple[AllreducePoint, ...]
     dtype: str = "float32"
     repeats: int = 0
+    transport: str = "gloo"  # "gloo" or "mpi"
 
     def fit(self) -> tuple[float, float]:
         """``(latency seconds, bandwidth bytes/s)`` of ``t = a + n / B``.
@@ -92,7 +95,8 @@ class AllreduceTiming:
     def _repr_html_(self) -> str:
         latency, bandwidth = self.fit()
         caption = (
-            f"allreduce ({self.dtype}) over {self.ranks} ranks, median of {self.repeats}; "
+            f"allreduce ({self.dtype}) over {self.ranks} ranks ({self.transport}), median of "
+            f"{self.repeats}; "
             f"fit: latency {latency * 1e6:.0f} us, bandwidth {bandwidth / 1e9:.2f} GB/s"
         )
         headers = ("tensor", "median ms", "min ms", "GB/s")
@@ -113,7 +117,7 @@ class AllreduceTiming:
                 [(p.max_seconds - p.seconds) * 1e3 for p in self.points],
             ],
             fmt="o-",
-            label=f"measured, {self.ranks} ranks",
+            label=f"measured, {self.ranks} ranks ({self.transport})",
         )
         latency, bandwidth = self.fit()
         ax.plot(
@@ -135,6 +139,7 @@ class AllreduceTiming:
             "ranks": self.ranks,
             "dtype": self.dtype,
             "repeats": self.repeats,
+            "transport": self.transport,
             "points": [[p.nbytes, p.seconds, p.min_seconds, p.max_seconds] for p in self.points],
         }
 
@@ -144,6 +149,7 @@ class AllreduceTiming:
             ranks=int(data["ranks"]),
             dtype=str(data["dtype"]),
             repeats=int(data["repeats"]),
+            transport=str(data.get("transport", "gloo")),  # files before MPI: Gloo
             points=tuple(AllreducePoint(*row) for row in data["points"]),
         )
 
@@ -198,16 +204,36 @@ def measure(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 10, warmup: int
 
 
 def allreduce_timing(
-    sizes: Sequence[int] = DEFAULT_SIZES, *, np: int = 2, repeats: int = 10, warmup: int = 2
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    *,
+    np: int = 2,
+    repeats: int = 10,
+    warmup: int = 2,
+    transport: str = "auto",
 ) -> AllreduceTiming:
-    """Start ``np`` local ranks (``horovod.run``, Gloo), time allreduce by size, return it."""
+    """Start ``np`` local ranks (``horovod.run``), time allreduce by size, return it.
+
+    ``transport``: ``"auto"`` (MPI where this Horovod has it, as the horovod strategy
+    chooses), ``"gloo"`` or ``"mpi"``.
+    """
     sizes = _check_sizes(sizes, repeats)
+    if transport not in ("auto", "gloo", "mpi"):
+        raise ConfigError(
+            f"transport={transport!r} is not one of auto, gloo, mpi. Fix: pass 'auto' (MPI "
+            f"where this Horovod has it), 'gloo' or 'mpi'."
+        )
+    import sys
+
     from ddlkit.horovod.runtime import require
+    from ddlkit.strategies.horovod import MPI_ARGS, NO_MPI, mpi_unavailable
 
     require()
     import horovod
 
-    results = horovod.run(
-        measure, args=(sizes, repeats, warmup), num_proc=np, use_gloo=True, verbose=0
-    )
-    return AllreduceTiming.from_dict(results[0])
+    why_not = mpi_unavailable(sys.executable) if transport != "gloo" else "not asked for"
+    if transport == "mpi" and why_not is not None:
+        raise ConfigError(NO_MPI.format(why=why_not).replace("horovod_transport", "transport"))
+    via = "mpi" if transport != "gloo" and why_not is None else "gloo"
+    kw = {"use_mpi": True, "mpi_args": MPI_ARGS} if via == "mpi" else {"use_gloo": True}
+    results = horovod.run(measure, args=(sizes, repeats, warmup), num_proc=np, verbose=0, **kw)
+    return AllreduceTiming.from_dict({**results[0], "transport": via})

@@ -175,6 +175,8 @@ def test_allreduce_timing_refuses_bad_sizes_before_starting_anything():
         allreduce_timing([2, 4096])
     with pytest.raises(ConfigError, match="repeats"):
         allreduce_timing([4096], repeats=0)
+    with pytest.raises(ConfigError, match="transport='nccl' is not one of auto, gloo, mpi"):
+        allreduce_timing([4096], transport="nccl")
 
 
 _TRACE = """[
