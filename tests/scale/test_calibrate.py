@@ -12,11 +12,12 @@ from ddlkit.errors import ConfigError
 from ddlkit.horovod.timing import AllreduceTiming
 from ddlkit.scale import ModelSpec, calibrate, predict
 
-DATA = Path(__file__).resolve().parents[2] / "notebooks" / "data"
 # The full benchmark recorded on 2026-11-21 (then notebooks/data/bench-full.json): the recording
 # this calibration was checked against; notebook 09 calibrates on the current one.
 BENCH = Path(__file__).parent / "data" / "bench-2026-11-21.json"
-ALLREDUCE = DATA / "allreduce-2ranks.json"
+# Its Horovod ran over Gloo, so the Gloo fit goes with it: notebooks/data/allreduce-2ranks.json
+# until 2026-11-25 05:31 UTC, before the horovod strategy ran over MPI (the current file).
+ALLREDUCE = Path(__file__).parent / "data" / "allreduce-gloo-2026-11-25.json"
 # the benchmark's model, as dk.bench.ratio counts it (tests/scale/test_scale_models.py checks)
 MNIST_CNN = ModelSpec("mnist_cnn", 225_034, 5_291_594, 64, 8)
 
