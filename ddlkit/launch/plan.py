@@ -88,7 +88,7 @@ class LaunchConfig:
                 f"{', '.join(TRANSPORTS)}. Fix: pass 'auto' (MPI where this Horovod has it), "
                 f"'gloo' or 'mpi'."
             )
-        if self.horovod_transport != "auto" and self.strategy != "horovod":
+        if self.horovod_transport != "auto" and not strategy.needs_horovodrun:
             raise ConfigError(
                 f"horovod_transport={self.horovod_transport!r} with strategy "
                 f"{self.strategy!r}: only the horovod strategy has a transport to choose. "
