@@ -198,9 +198,18 @@ class Job:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while not self._done.wait(
-                poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
-            ):
+            # time.sleep, not self._done.wait(): a Ctrl-C that lands inside Event.wait can
+            # leave the event's lock held (CPython's with-statements are not safe against
+            # asynchronous exceptions), and stop() below sets that event. Once, under the
+            # parallel suite, an interrupted launcher did not end within 10 s
+            # (tests/launch/test_job_faults.py); this path now holds no lock when Ctrl-C comes.
+            while not self._done.is_set():
+                step = min(poll, 0.05)
+                if deadline is not None:
+                    step = max(0.0, min(step, deadline - time.monotonic()))
+                time.sleep(step)
+                if self._done.is_set():
+                    break
                 if deadline is not None and time.monotonic() >= deadline:
                     running = [n for n, s in self.status().items() if s.exit_code is None]
                     raise JobTimeoutError(
