@@ -47,6 +47,11 @@ TRANSPORTS = ("auto", "gloo", "mpi")
 # rank here). mpi_yield_when_idle makes it yield the core instead. MNIST CNN, 2 ranks on 2
 # cores, 200 steps: 0.91 of two independent processes with it, 0.64 without, 0.74 over Gloo.
 MPI_ARGS = "--mca mpi_yield_when_idle 1"
+# The launcher sets PYTHONUNBUFFERED=1 for its workers, and horovodrun exports it to the
+# ranks. Unbuffered, print() writes its text and its newline apart, and Open MPI tags each
+# piece (--tag-output): "[1,0]<stdout>:line[1,0]<stdout>: 0". The ranks run buffered
+# instead, as under a hand-typed mpirun: print(..., flush=True) shows a line at once.
+RANK_MPI_ARGS = f"{MPI_ARGS} -x PYTHONUNBUFFERED="
 NO_MPI = (
     "horovod_transport='mpi', but {why}. Fix: install Open MPI (apt-get install openmpi-bin "
     "libopenmpi-dev; system-packages.txt) and rebuild Horovod with it "
@@ -68,7 +73,7 @@ def transport(config: LaunchConfig, mpi: str | None) -> str:
 def horovodrun_argv(config: LaunchConfig, horovodrun: str, via: str = "gloo") -> list[str]:
     """horovodrun's command for `config`; `via` is the transport ('gloo' or 'mpi')."""
     hosts = format_hosts(config.hosts) if config.hosts else f"localhost:{config.workers}"
-    flags = ["--mpi", f"--mpi-args={MPI_ARGS}"] if via == "mpi" else ["--gloo"]
+    flags = ["--mpi", f"--mpi-args={RANK_MPI_ARGS}"] if via == "mpi" else ["--gloo"]
     remote = []
     if config.remote:
         remote = ["--start-timeout", str(START_TIMEOUT)]

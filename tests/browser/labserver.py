@@ -195,7 +195,9 @@ class LabServer:
                 start_new_session=True,
             )
         info = self.dirs.jupyter["JUPYTER_RUNTIME_DIR"] / f"jpserver-{self._proc.pid}.json"
-        started = lambda: info.exists() or self._proc.poll() is not None  # noqa: E731
+        # Jupyter creates the file, then writes it: wait until it parses (under the parallel
+        # suite it was once read empty).
+        started = lambda: _server_info(info) or self._proc.poll() is not None  # noqa: E731
         if not wait_until(started, self.start_timeout):
             raise LabHarnessError(
                 f"jupyter lab wrote no {info.name} within {self.start_timeout:.0f} s; "
@@ -206,7 +208,7 @@ class LabServer:
                 f"jupyter lab exited with code {self._proc.returncode} while starting; "
                 f"its log ends with:\n{self.log_tail()}"
             )
-        self.url = json.loads(info.read_text())["url"]
+        self.url = _server_info(info)["url"]
         if not wait_until(self._answers, self.start_timeout, step=0.2):
             raise LabHarnessError(
                 f"jupyter lab at {self.url} did not answer /api/status within "
@@ -289,3 +291,12 @@ class LabServer:
         """End every session (and its kernel), e.g. between tests sharing this server."""
         for session in self.api("GET", "api/sessions"):
             self.api("DELETE", f"api/sessions/{session['id']}")
+
+
+def _server_info(path: Path) -> dict | None:
+    """The server's runtime file as a dict once it is whole, else None."""
+    try:
+        info = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return info if isinstance(info, dict) and "url" in info else None

@@ -314,6 +314,30 @@ def test_a_rank_that_dies_brings_the_job_down_with_no_orphans(horovodrun, tmp_pa
     assert time.monotonic() - start < 90
 
 
+_PRINTS = """
+    import horovod.tensorflow as hvd
+
+    hvd.init()
+    for i in range(20):
+        print("rank", hvd.rank(), "line", i, "x" * 20)
+"""
+
+
+def test_each_rank_line_arrives_whole_over_mpi(horovodrun, tmp_path):
+    if not _mpi_built():
+        pytest.skip("this Horovod was built without MPI (make ... HOROVOD_MPI=)")
+    script = _write(tmp_path, "prints.py", _PRINTS)
+    run = run_mod.start(script, strategy="horovod", workers=2, runs_dir=tmp_path)
+    assert run.wait(timeout=120).ok, run.tail("horovodrun", 60)
+    # mpirun tags each piece of output it reads. The launcher's PYTHONUNBUFFERED=1 would
+    # make print() write its words and its newline apart ("[1,0]<stdout>:rank[1,0]<stdout>:
+    # 0 ..."); the ranks run buffered, so each line is one piece with one tag.
+    printed = [ln for ln in run.tail("horovodrun", 400).splitlines() if "<stdout>:" in ln]
+    for rank in (0, 1):
+        want = [f"[1,{rank}]<stdout>:rank {rank} line {i} {'x' * 20}" for i in range(20)]
+        assert [ln for ln in printed if ln.startswith(f"[1,{rank}]")] == want, printed
+
+
 def _argv_holding(secret: str) -> list[str]:
     """The /proc/PID/cmdline files of this machine's processes whose argv holds `secret`."""
     found = []

@@ -109,7 +109,7 @@ def _horovod_flags(transport="auto", mpi_unavailable=None, hosts=None):
 
 
 def test_horovod_transport_is_mpi_here_when_horovod_has_it_and_gloo_otherwise():
-    mpi = ["--mpi", "--mpi-args=--mca mpi_yield_when_idle 1"]
+    mpi = ["--mpi", "--mpi-args=--mca mpi_yield_when_idle 1 -x PYTHONUNBUFFERED="]
     assert _horovod_flags() == mpi
     assert _horovod_flags("mpi") == mpi
     assert _horovod_flags(mpi_unavailable="built without MPI") == ["--gloo"]
