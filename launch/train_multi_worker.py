@@ -26,10 +26,22 @@ from _common import add_eval_flags, held_out_evals, parse_args, report, test_acc
 
 from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
+from ddlkit.local_logs import local_step_logs  # [dist]
+
+
+def _flags(parser) -> None:
+    parser.add_argument(  # [dist]
+        "--step-logs",
+        default="local",
+        choices=("local", "synced"),
+        help="per-step logs: this worker's metrics (local), or all-reduced every step (synced, "
+        "tf-keras' default); epoch logs are synchronised either way",
+    )  # [dist]
+    add_eval_flags(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__, extra=add_eval_flags, model_flag=True)
+    args = parse_args(argv, __doc__, extra=_flags, model_flag=True)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
     replicas = strategy.num_replicas_in_sync  # [dist]
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
@@ -42,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.build(args.model, args.dataset, seed=args.seed)  # --model
+        if args.step_logs == "local":  # [dist] tf-keras' fit all-reduces every metric each step:
+            model = local_step_logs(model)  # [dist] 5,700 -> 7,600 examples/s, ddlkit/local_logs.py
         models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
             model,
             args.lr * replicas,  # [dist] lr scales with batch

@@ -87,9 +87,23 @@ def test_records_reach_the_collector_and_match_the_jsonl_files(tmp_path):
         assert len(steps) == 30
         assert [r.seq for r in live] == list(range(len(live)))
         assert all(r.examples_per_sec and r.examples_per_sec > 0 for r in steps)
-        # Synchronised batch logs, not the sum over workers (tf-keras' default doubles
+        # Each worker's own batch logs, not the sum over workers (tf-keras' default doubles
         # them with 2 workers): an untrained 10-class model starts near ln(10) = 2.30.
         assert steps[0].loss < 3.0 and steps[0].accuracy <= 0.5, steps[0]
+    # Step logs are each worker's own (--step-logs local, ddlkit.local_logs): the workers
+    # read different shards, so their running means differ; each epoch's logs are read
+    # again synchronised: the same on both workers, and with equal batches the mean of the
+    # two workers' last step logs of that epoch.
+    steps = {w: [r for r in run.records(w) if r.kind == "step"] for w in ("worker-0", "worker-1")}
+    epochs = {w: [r for r in run.records(w) if r.kind == "epoch"] for w in ("worker-0", "worker-1")}
+    assert [r.loss for r in steps["worker-0"]] != [r.loss for r in steps["worker-1"]]
+    for epoch in (0, 1):
+        last = [[r for r in steps[w] if r.epoch == epoch][-1] for w in ("worker-0", "worker-1")]
+        ends = [epochs[w][epoch] for w in ("worker-0", "worker-1")]
+        assert ends[0].loss == pytest.approx(ends[1].loss, rel=1e-6)
+        assert ends[0].accuracy == pytest.approx(ends[1].accuracy, rel=1e-6)
+        assert ends[0].loss == pytest.approx((last[0].loss + last[1].loss) / 2, rel=1e-5)
+        assert ends[0].accuracy == pytest.approx((last[0].accuracy + last[1].accuracy) / 2)
     stats = run.collector.stats()
     assert stats.malformed == 0 and all(w.gaps == 0 for w in stats.workers.values())
     results = run.results()
