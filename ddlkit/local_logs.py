@@ -8,8 +8,8 @@ is a gRPC round trip: about 1.5 ms for a few bytes between 2 local workers on th
 machine this was measured on, and the workers wait for it. :func:`local_step_logs` gives
 the same layers a ``compute_metrics`` that updates the same metrics and logs this worker's
 own running values, as a Horovod rank does: ``launch/train_multi_worker.py`` (MNIST CNN,
-200 steps, 2 workers on a core each) went from 5,611-5,857 to 7,314-7,967 examples/s
-(issue 14).
+200 steps, 2 workers on a core each, ``ddlkit bench``'s case, 3 rounds) went from
+5,657-6,253 to 7,491-7,988 examples/s (issue 14).
 
 What stays synchronised: at each epoch end ``fit`` reads the metrics again outside the
 step, in cross-replica context, so the epoch's logs (``History``, epoch callbacks) and
