@@ -94,12 +94,13 @@ def test_records_reach_the_collector_and_match_the_jsonl_files(tmp_path):
     # read different shards, so their running means differ; each epoch's logs are read
     # again synchronised: the same on both workers, and with equal batches the mean of the
     # two workers' last step logs of that epoch.
-    steps = {w: [r for r in run.records(w) if r.kind == "step"] for w in ("worker-0", "worker-1")}
-    epochs = {w: [r for r in run.records(w) if r.kind == "epoch"] for w in ("worker-0", "worker-1")}
-    assert [r.loss for r in steps["worker-0"]] != [r.loss for r in steps["worker-1"]]
+    workers = ("worker-0", "worker-1")
+    step_records = {w: [r for r in run.records(w) if r.kind == "step"] for w in workers}
+    epoch_records = {w: [r for r in run.records(w) if r.kind == "epoch"] for w in workers}
+    assert [r.loss for r in step_records["worker-0"]] != [r.loss for r in step_records["worker-1"]]
     for epoch in (0, 1):
-        last = [[r for r in steps[w] if r.epoch == epoch][-1] for w in ("worker-0", "worker-1")]
-        ends = [epochs[w][epoch] for w in ("worker-0", "worker-1")]
+        last = [[r for r in step_records[w] if r.epoch == epoch][-1] for w in workers]
+        ends = [epoch_records[w][epoch] for w in workers]
         assert ends[0].loss == pytest.approx(ends[1].loss, rel=1e-6)
         assert ends[0].accuracy == pytest.approx(ends[1].accuracy, rel=1e-6)
         assert ends[0].loss == pytest.approx((last[0].loss + last[1].loss) / 2, rel=1e-5)
