@@ -8,8 +8,13 @@ before TensorFlow makes its thread pools::
     env.update(rank_cpus_env((0, 1), ranks=2))   # {"DDLKIT_RANK_CPUS": "0;1", ...threads}
     # in rank N:  pin_rank()  ->  os.sched_setaffinity to "0;1".split(";")[HOROVOD_LOCAL_RANK]
 
+A pinned rank computes on its one core, where Horovod's background thread also wakes every
+``HOROVOD_CYCLE_TIME``; :func:`idle_priority` moves that thread (and the transport's) to
+Linux's idle scheduling class, so it runs when the rank's compute waits, not in its middle.
+
 Pure builders (:func:`rank_cpus`, :func:`rank_cpus_env`, :func:`parse_rank_cpus`,
-:func:`cpus_for_rank`) and one effectful :func:`pin_rank`. Standard library only.
+:func:`cpus_for_rank`) and the effectful :func:`pin_rank`, :func:`thread_ids` and
+:func:`idle_priority`. Standard library only.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 
 from ddlkit.contract import RANK_CPUS_VAR, thread_env
 from ddlkit.errors import ConfigError
@@ -135,3 +140,23 @@ def pin_rank(environ: MutableMapping[str, str] | None = None) -> tuple[int, ...]
                 f"Fix: call ddlkit.horovod.init() before any TensorFlow op."
             ) from None
     return cpus
+
+
+def thread_ids() -> set[int]:
+    """The ids of this process's threads now (Linux: /proc/self/task)."""
+    return {int(tid) for tid in os.listdir("/proc/self/task")}
+
+
+def idle_priority(tids: Iterable[int]) -> list[int]:
+    """Put these threads of this process in the idle scheduling class (``SCHED_IDLE``).
+
+    An idle-class thread runs when nothing else of normal priority wants its core, and never
+    preempts one that does. A thread that has ended meanwhile is skipped; lowering a
+    priority needs no privilege. Returns the threads it moved.
+    """
+    moved = []
+    for tid in sorted(tids):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            moved.append(tid)
+    return moved

@@ -79,6 +79,8 @@ _ALLREDUCE = """
     out["gather"] = hvd.allgather(tf.constant([hvd.rank()])).numpy().tolist()
     out["bcast"] = float(hvd.broadcast(tf.constant(float(hvd.rank() + 7)), root_rank=1))
     out["mpi"] = bool(hvd.mpi_enabled())
+    tasks = os.listdir("/proc/self/task")
+    out["idle"] = [t for t in tasks if os.sched_getscheduler(int(t)) == os.SCHED_IDLE]
     with open(sys.argv[1] + f"/rank-{hvd.rank()}.json", "w") as f:
         json.dump(out, f)
     hvd.shutdown()  # ends Horovod's background thread, which writes out the timeline
@@ -102,6 +104,7 @@ def test_two_ranks_allreduce_gives_the_right_sums_and_a_timeline(horovodrun, tmp
         assert out["bcast"] == 8.0  # rank 1's value
         assert out["mpi"] is False  # Gloo did the work
         assert out["worker"] == f"rank-{rank}"  # dkh.init named the rank
+        assert out["idle"] == []  # not pinned: Horovod's threads keep their priority
     spans = dkh.load_timeline(timeline)
     assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"} <= set(spans.activities), spans.activities
     assert spans.totals()["ALLREDUCE"][0] >= 9  # the nine sums, at least
@@ -122,6 +125,8 @@ _PIN_PROBE = """
         "intra": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter": tf.config.threading.get_inter_op_parallelism_threads(),
         "env": os.environ["TF_NUM_INTRAOP_THREADS"],
+        "idle": [int(t) for t in tasks if os.sched_getscheduler(int(t)) == os.SCHED_IDLE],
+        "main": os.getpid(),
     }
     with open(sys.argv[1] + f"/rank-{hvd.rank()}.json", "w") as f:
         json.dump(out, f)
@@ -141,6 +146,9 @@ def test_each_rank_pins_itself_to_its_own_core_with_matching_threads(horovodrun,
     for s in seen:  # every thread of the rank, including Horovod's and TensorFlow's
         assert s["thread_affinities"] == [s["affinity"]], s
         assert (s["intra"], s["inter"], s["env"]) == (1, 2, "1"), s
+        # hvd.init()'s threads (Horovod's background thread at least) at idle priority,
+        # the rank's own (its Python, TensorFlow's pools) not
+        assert s["idle"] and s["main"] not in s["idle"], s
 
 
 @pytest.mark.parametrize("transport", ["auto", "gloo"])

@@ -274,6 +274,29 @@ def test_pin_rank_refuses_cores_this_process_may_not_use():
     assert os.sched_getaffinity(0) == before and "TF_NUM_INTRAOP_THREADS" not in env
 
 
+def test_idle_priority_moves_the_threads_it_is_given_and_skips_ended_ones():
+    import threading
+
+    from ddlkit.horovod import pinning
+
+    stop = threading.Event()
+    waiter = threading.Thread(target=stop.wait)
+    waiter.start()
+    try:
+        ended = threading.Thread(target=lambda: None)
+        ended.start()
+        ended.join()  # the kernel lets its thread go a moment after
+        assert wait_until(lambda: ended.native_id not in pinning.thread_ids(), timeout=10)
+        assert waiter.native_id in pinning.thread_ids()
+        moved = pinning.idle_priority([waiter.native_id, ended.native_id])
+        assert moved == [waiter.native_id]
+        assert os.sched_getscheduler(waiter.native_id) == os.SCHED_IDLE
+        assert os.sched_getscheduler(threading.get_native_id()) != os.SCHED_IDLE  # caller kept
+    finally:
+        stop.set()
+        waiter.join()
+
+
 def test_timeline_per_step_counts_overlapping_tensors_once_and_skips_warmup():
     from ddlkit.horovod.timeline import Span, Timeline
 
