@@ -102,9 +102,9 @@ def cpus_for_rank(environ: Mapping[str, str]) -> tuple[int, ...] | None:
 
 def _set_affinity_all_threads(cpus: tuple[int, ...]) -> None:
     # Affinity is per thread on Linux: threads that already exist keep the old set.
-    for tid in os.listdir("/proc/self/task"):
+    for tid in thread_ids():
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.sched_setaffinity(int(tid), cpus)
+            os.sched_setaffinity(tid, cpus)
 
 
 def pin_rank(environ: MutableMapping[str, str] | None = None) -> tuple[int, ...] | None:
