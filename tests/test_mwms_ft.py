@@ -69,9 +69,10 @@ def test_a_killed_worker_fails_the_job_and_a_relaunch_resumes_from_the_backup(tm
     assert not (backup / "chief").exists(), "a finished fit deletes its backup"
 
 
-def test_only_the_chief_writes_into_the_checkpoint_dir(tmp_path):
-    ckpt = tmp_path / "ckpt"
-    run = _start(tmp_path, "--checkpoint-dir", str(ckpt))
+def test_only_the_chief_writes_checkpoints_and_tensorboard_logs(tmp_path):
+    # One run for both: each is a write dir the non-chief redirects to a temporary one.
+    ckpt, logs = tmp_path / "ckpt", tmp_path / "tb"
+    run = _start(tmp_path, "--checkpoint-dir", str(ckpt), "--tensorboard-dir", str(logs))
     try:
         assert run.wait(timeout=300).ok
     finally:
@@ -79,28 +80,18 @@ def test_only_the_chief_writes_into_the_checkpoint_dir(tmp_path):
     results = run.results()
     assert results["worker-0"]["chief"] and not results["worker-1"]["chief"]
     assert results["worker-0"]["write_dirs"]["checkpoint_dir"] == str(ckpt)
-    temp = Path(results["worker-1"]["write_dirs"]["checkpoint_dir"])
-    assert temp == tmp_path / "workertemp_1" / "ckpt"
-    assert not temp.parent.exists(), "the non-chief deleted its temporary directory"
+    assert results["worker-0"]["write_dirs"]["tensorboard_dir"] == str(logs)
+    temps = {k: Path(v) for k, v in results["worker-1"]["write_dirs"].items()}
+    assert temps == {
+        "checkpoint_dir": tmp_path / "workertemp_1" / "ckpt",
+        "tensorboard_dir": tmp_path / "workertemp_1" / "tb",
+    }
+    assert not (tmp_path / "workertemp_1").exists(), "the non-chief deleted its temporary dirs"
     names = faults.list_files(ckpt).names
     assert names == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs"]
-
-
-def test_only_the_chief_writes_tensorboard_logs(tmp_path):
-    pytest.importorskip(
-        "tensorboard",
-        reason="tensorboard is not installed (TensorFlow 2.21 does not depend on it)",
-    )
-    logs = tmp_path / "tb"
-    run = _start(tmp_path, "--tensorboard-dir", str(logs))
-    try:
-        assert run.wait(timeout=300).ok
-    finally:
-        run.stop()
     names = faults.list_files(logs).names
     assert len(names) == 1 and names[0].startswith("train/events.out.tfevents.")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "tb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs", "tb"]
 
 
 def test_a_relative_directory_is_refused_before_training(tmp_path):
