@@ -26,15 +26,11 @@ def _scope(item) -> str:
 
 
 def _weight(path: str, items) -> tuple[int, int]:
-    """Longest first (xdist hands out files in collection order): files marked ``waits``
-    (minutes of daemons and timeouts, little CPU: their waiting overlaps the notebooks'
-    compute instead of leaving cores idle at the end), notebooks, then files by how many
-    slow tests they hold, then the rest."""
-    if any(it.get_closest_marker("waits") for it in items):
-        return (0, 0)
+    """Longest first (xdist hands out files in collection order): notebooks, then files by
+    how many slow tests they hold, then the rest."""
     notebook = path.endswith(".ipynb")
     slow = sum(1 for it in items if it.get_closest_marker("slow"))
-    return (1 if notebook else 2, -slow)
+    return (0 if notebook else 1, -slow)
 
 
 def pytest_collection_modifyitems(config, items):

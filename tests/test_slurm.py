@@ -40,9 +40,6 @@ from ddlkit.launch import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "launch" / "slurm"
-# Its real-Slurm tests wait on slurmctld and slurmd (and on timeouts under test) far longer
-# than they compute: handed out first under xdist (conftest.py).
-pytestmark = pytest.mark.waits
 
 
 def _env(procid: int = 0, tasks: int = 2, nodes: str = "vm", tpn: str = "2", **more) -> dict:

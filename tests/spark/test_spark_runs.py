@@ -23,7 +23,7 @@ from ddlkit.spark.data import train_on_partitions, write_mnist_parquet
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 STEPS = ["--epochs", "1", "--steps-per-epoch", "4", "--batch-size", "32"]
-pytestmark = [pytest.mark.slow, pytest.mark.waits]  # on the Spark cluster's daemons
+pytestmark = pytest.mark.slow
 PARQUET_EXAMPLES = 512
 
 
