@@ -60,13 +60,12 @@ def hvd() -> ModuleType:
     return module
 
 
-def init(watch: bool = True, pin_gpu: bool = True) -> ModuleType:
-    """Set up this rank (see the module docstring), ``hvd.init()``, return ``horovod.tensorflow``.
+def start() -> tuple[ModuleType, tuple[int, ...] | None]:
+    """Pin this rank to its cores when ``DDLKIT_RANK_CPUS`` asks, then ``hvd.init()``.
 
-    ``watch=False`` leaves out tying the rank's life to ``horovodrun``; ``pin_gpu=False``
-    leaves the visible GPUs alone (when each rank was already given its own).
+    Call it before TensorFlow's first op. Returns ``horovod.tensorflow`` and the rank's
+    cores (None: not pinned).
     """
-    ranks.setup_rank(watch=watch)
     cpus = pinning.pin_rank()  # before hvd.init() and TensorFlow's first op
     module = hvd()
     before = pinning.thread_ids()
@@ -79,6 +78,17 @@ def init(watch: bool = True, pin_gpu: bool = True) -> ModuleType:
         # of 200 steps (issue 14): 1 rank 4,846-5,371 -> 5,395-5,729 examples/s (single
         # process: 5,638-5,819); 2 ranks 8,483-9,594 -> 8,831-9,619, within their spread.
         pinning.idle_priority(pinning.thread_ids() - before)
+    return module, cpus
+
+
+def init(watch: bool = True, pin_gpu: bool = True) -> ModuleType:
+    """Set up this rank (see the module docstring), ``hvd.init()``, return ``horovod.tensorflow``.
+
+    ``watch=False`` leaves out tying the rank's life to ``horovodrun``; ``pin_gpu=False``
+    leaves the visible GPUs alone (when each rank was already given its own).
+    """
+    ranks.setup_rank(watch=watch)
+    module, _ = start()
     if pin_gpu:  # this rank sees only gpus[local_rank]; no GPUs: nothing changes
         gpus.pin_gpu(module.local_rank(), module.local_size())
     if ranks.rank_of() is not None and not os.environ.get(RUN_DIR_VAR) and module.size() > 1:

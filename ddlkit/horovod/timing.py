@@ -21,13 +21,16 @@ the fit describes the all-reduces of the benchmark's Horovod runs.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddlkit._tables import html_table
+from ddlkit.contract import RANK_CPUS_VAR
 from ddlkit.errors import ConfigError
+from ddlkit.horovod.pinning import rank_cpus_env
 
 DEFAULT_SIZES = tuple(4 * 2**k for k in range(8, 23, 2))  # 1 KiB .. 16 MiB
 
@@ -56,6 +59,9 @@ class AllreduceTiming:
     dtype: str = "float32"
     repeats: int = 0
     transport: str = "gloo"  # "gloo" or "mpi"
+    # the cores each rank ran on when each had its own, by rank; None: the ranks shared the
+    # machine's cores (and files recorded before ranks were pinned)
+    rank_cpus: tuple[tuple[int, ...], ...] | None = None
 
     def fit(self) -> tuple[float, float]:
         """``(latency seconds, bandwidth bytes/s)`` of ``t = a + n / B``.
@@ -95,12 +101,17 @@ class AllreduceTiming:
     def _repr_html_(self) -> str:
         latency, bandwidth = self.fit()
         caption = (
-            f"allreduce ({self.dtype}) over {self.ranks} ranks ({self.transport}), median of "
-            f"{self.repeats}; "
+            f"allreduce ({self.dtype}) over {self.ranks} ranks ({self.transport}, "
+            f"{self._placement()}), median of {self.repeats}; "
             f"fit: latency {latency * 1e6:.0f} us, bandwidth {bandwidth / 1e9:.2f} GB/s"
         )
         headers = ("tensor", "median ms", "min ms", "GB/s")
         return html_table(headers, self.rows(), caption=caption)
+
+    def _placement(self) -> str:
+        if self.rank_cpus is None:
+            return "sharing the cores"
+        return "cores " + " | ".join(",".join(map(str, c)) for c in self.rank_cpus)
 
     def plot(self, ax=None):
         """Time against tensor size (log-log), measured points and the fitted line."""
@@ -141,16 +152,18 @@ class AllreduceTiming:
             "repeats": self.repeats,
             "transport": self.transport,
             "points": [[p.nbytes, p.seconds, p.min_seconds, p.max_seconds] for p in self.points],
-        }
+        } | ({} if self.rank_cpus is None else {"rank_cpus": [list(c) for c in self.rank_cpus]})
 
     @classmethod
     def from_dict(cls, data: dict) -> AllreduceTiming:
+        cpus = data.get("rank_cpus")
         return cls(
             ranks=int(data["ranks"]),
             dtype=str(data["dtype"]),
             repeats=int(data["repeats"]),
             transport=str(data.get("transport", "gloo")),  # files before MPI: Gloo
             points=tuple(AllreducePoint(*row) for row in data["points"]),
+            rank_cpus=None if cpus is None else tuple(tuple(int(c) for c in r) for r in cpus),
         )
 
 
@@ -174,17 +187,27 @@ def _check_sizes(sizes: Sequence[int], repeats: int) -> list[int]:
     return sorted(sizes)
 
 
-def measure(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 10, warmup: int = 2) -> dict:
+def measure(
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeats: int = 10,
+    warmup: int = 2,
+    rank_cpus: str | None = None,
+) -> dict:
     """Time ``repeats`` allreduces of each size in this rank (all ranks must call it).
 
     Runs under ``horovodrun``/``horovod.run``; returns :meth:`AllreduceTiming.to_dict`.
-    Each timing ends when this rank has the reduced tensor (``.numpy()``).
+    Each timing ends when this rank has the reduced tensor (``.numpy()``). ``rank_cpus``
+    (``DDLKIT_RANK_CPUS``'s form, ``"0;1"``) pins each local rank to its own cores first,
+    as the horovod strategy's ranks are.
     """
-    import horovod.tensorflow as hvd
-    import tensorflow as tf
+    from ddlkit.horovod.runtime import start
 
     sizes = _check_sizes(sizes, repeats)
-    hvd.init()
+    if rank_cpus is not None:
+        os.environ[RANK_CPUS_VAR] = rank_cpus  # this rank's process only; start() reads it
+    hvd, cpus = start()
+    import tensorflow as tf
+
     for _ in range(10):  # the first collectives set up connections and caches
         hvd.allreduce(tf.ones([256]), op=hvd.Sum, name="timing.warmup").numpy()
     points = []
@@ -192,15 +215,19 @@ def measure(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 10, warmup: int
         tensor = tf.ones([nbytes // 4], tf.float32)
         times = []
         for i in range(warmup + repeats):
-            start = time.perf_counter()
+            start_s = time.perf_counter()
             hvd.allreduce(tensor, op=hvd.Sum, name=f"timing.{nbytes}").numpy()
             if i >= warmup:
-                times.append(time.perf_counter() - start)
+                times.append(time.perf_counter() - start_s)
         # the slowest rank decides: take the max over ranks of each statistic
         stats = tf.constant([statistics.median(times), min(times), max(times)], tf.float64)
         stats = hvd.allreduce(stats, op=hvd.Max, name=f"timing.stats.{nbytes}").numpy()
         points.append([nbytes // 4 * 4, *(float(s) for s in stats)])
-    return {"ranks": hvd.size(), "dtype": "float32", "repeats": repeats, "points": points}
+    out = {"ranks": hvd.size(), "dtype": "float32", "repeats": repeats, "points": points}
+    placed = hvd.allgather_object(None if cpus is None else sorted(os.sched_getaffinity(0)))
+    if all(c is not None for c in placed):
+        out["rank_cpus"] = placed
+    return out
 
 
 def allreduce_timing(
@@ -210,11 +237,16 @@ def allreduce_timing(
     repeats: int = 10,
     warmup: int = 2,
     transport: str = "auto",
+    pin: bool = True,
 ) -> AllreduceTiming:
     """Start ``np`` local ranks (``horovod.run``), time allreduce by size, return it.
 
     ``transport``: ``"auto"`` (MPI where this Horovod has it, as the horovod strategy
-    chooses), ``"gloo"`` or ``"mpi"``.
+    chooses), ``"gloo"`` or ``"mpi"``. ``pin``: each rank on its own cores, as the horovod
+    strategy runs them, when there are at least ``np`` (the result's ``rank_cpus`` says
+    where they ran). Unpinned ranks float between the cores with TensorFlow's and the
+    transport's threads: on 2 cores their small all-reduces took 0.08 or 0.3-0.4 ms from one
+    start to the next, pinned 0.08 every time (issue 14).
     """
     sizes = _check_sizes(sizes, repeats)
     if transport not in ("auto", "gloo", "mpi"):
@@ -235,5 +267,9 @@ def allreduce_timing(
         raise ConfigError(NO_MPI.format(why=why_not).replace("horovod_transport", "transport"))
     via = "mpi" if transport != "gloo" and why_not is None else "gloo"
     kw = {"use_mpi": True, "mpi_args": MPI_ARGS} if via == "mpi" else {"use_gloo": True}
-    results = horovod.run(measure, args=(sizes, repeats, warmup), num_proc=np, verbose=0, **kw)
+    cores = sorted(os.sched_getaffinity(0))
+    cpus = rank_cpus_env(cores, np)[RANK_CPUS_VAR] if pin and len(cores) >= np else None
+    results = horovod.run(
+        measure, args=(sizes, repeats, warmup, cpus), num_proc=np, verbose=0, **kw
+    )
     return AllreduceTiming.from_dict({**results[0], "transport": via})

@@ -151,10 +151,14 @@ def test_each_rank_pins_itself_to_its_own_core_with_matching_threads(horovodrun,
         assert s["idle"] and s["main"] not in s["idle"], s
 
 
-@pytest.mark.parametrize("transport", ["auto", "gloo"])
-def test_allreduce_timing_measures_two_real_ranks(horovodrun, transport):
-    timing = dkh.allreduce_timing([4096, 1 << 20], np=2, repeats=3, transport=transport)
+@pytest.mark.parametrize(("transport", "pin"), [("auto", True), ("gloo", False)])
+def test_allreduce_timing_measures_two_real_ranks(horovodrun, transport, pin):
+    timing = dkh.allreduce_timing([4096, 1 << 20], np=2, repeats=3, transport=transport, pin=pin)
     assert timing.ranks == 2 and [p.nbytes for p in timing.points] == [4096, 1 << 20]
+    # pinned: each rank ran on its own core, as the horovod strategy's ranks do
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = ((cores[0],), (cores[1],)) if pin and len(cores) >= 2 else None
+    assert timing.rank_cpus == pinned
     assert all(0 < p.min_seconds <= p.seconds <= p.max_seconds < 30 for p in timing.points)
     # auto: the horovod strategy's choice here (MPI where this Horovod has it)
     mpi = transport == "auto" and _mpi_built()

@@ -166,6 +166,12 @@ def test_allreduce_timing_fit_recovers_latency_and_bandwidth():
     assert AllreduceTiming.from_dict(timing.to_dict()) == timing
     html = timing._repr_html_()
     assert "16 MiB" in html and "latency 200 us" in html and "1.00 GB/s" in html
+    assert "sharing the cores" in html
+    # pinned ranks: where each ran is kept through the file and named in the caption
+    pinned = AllreduceTiming(ranks=2, points=points, repeats=5, rank_cpus=((0,), (1,)))
+    assert pinned.to_dict()["rank_cpus"] == [[0], [1]]
+    assert AllreduceTiming.from_dict(pinned.to_dict()) == pinned
+    assert "cores 0 | 1" in pinned._repr_html_()
 
 
 def test_allreduce_timing_refuses_bad_sizes_before_starting_anything():
