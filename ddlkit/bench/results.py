@@ -33,7 +33,7 @@ from ddlkit._tables import html_table, text_table
 from ddlkit.bench import schema
 from ddlkit.bench.config import describe
 from ddlkit.bench.schema import BenchFile, CaseRecord, Spread
-from ddlkit.bench.stats import scaling
+from ddlkit.bench.stats import drift_note, round_speeds, scaling
 from ddlkit.errors import ConfigError
 from ddlkit.metrics.evals import EvalPoint, eval_points
 
@@ -71,6 +71,7 @@ class CaseSummary:
     arch: str = "cnn"  # what was trained on `model`: "cnn" or "small_resnet"
     run_ids: tuple[str, ...] = ()
     evals: tuple[tuple[EvalPoint, ...], ...] = ()  # one held-out curve per run, if found
+    rates: tuple[float, ...] = ()  # each run's examples/s, in the order of the rounds
 
     @property
     def ok(self) -> bool:
@@ -210,6 +211,18 @@ class BenchResults:
         return any(c.time_to_target is not None for c in self.cases)
 
     @property
+    def round_speeds(self) -> tuple[float, ...] | None:
+        """The machine's speed in each round, from every measured case (``stats.round_speeds``)."""
+        return round_speeds([c.rates for c in self.measured])
+
+    def unstable_note(self, c: CaseSummary) -> str:
+        """How `c`'s repeats split, and whether the machine's drift between rounds explains it."""
+        if not c.unstable:
+            return ""
+        others = [o.rates for o in self.measured if o.name != c.name]
+        return c.unstable + drift_note(c.rates, others)
+
+    @property
     def date(self) -> str:
         stamp = _dt.datetime.fromtimestamp(self.created, _dt.UTC)
         return stamp.strftime("%Y-%m-%d %H:%M UTC")
@@ -253,7 +266,8 @@ class BenchResults:
                 (
                     c.name,
                     _fmt(rate and rate.median, ",.0f"),
-                    rate and ref(f"{rate.min:,.0f}-{rate.max:,.0f} ({rate.n})", c.unstable),
+                    rate
+                    and ref(f"{rate.min:,.0f}-{rate.max:,.0f} ({rate.n})", self.unstable_note(c)),
                     _fmt(step and step.median * 1000, ".1f"),
                     _fmt(c.efficiency, ".0%") if c.workers > 1 else None,
                     _fmt(c.vs_single, ".2f"),
@@ -303,7 +317,22 @@ class BenchResults:
             ("wall time", f"{self.wall_seconds:.0f} s"),
             ("target accuracy", target),
             ("kit overhead", overhead),
+            *self._speed_row(),
             *self.meta,
+        ]
+
+    def _speed_row(self) -> list[tuple[str, str]]:
+        speeds = self.round_speeds
+        if speeds is None:
+            return []
+        full = sum(1 for c in self.measured if len(c.rates) == len(speeds))
+        return [
+            (
+                "machine by round",
+                f"{', '.join(f'{s:.2f}' for s in speeds)}: each round's speed against the "
+                f"benchmark's average (geometric mean over the {full} cases run in every "
+                f"round, each against its own mean)",
+            )
         ]
 
     def about(self) -> Table:
@@ -329,7 +358,7 @@ class BenchResults:
             if c.strategy == "single" and c.vs_reference is not None:
                 parts.append(f"{c.vs_reference:.2f}x the bare tf-keras loop")
             if c.unstable:
-                parts.append(c.unstable)
+                parts.append(self.unstable_note(c))
             if c.workers > 1:
                 parts.append(f"communication {c.comm_text()}")
             lines.append(f"{c.name}: " + ", ".join(parts))
@@ -419,6 +448,7 @@ def summary(rec: CaseRecord) -> CaseSummary:
         eval_every=rec.eval_every,
         arch=rec.architecture,
         run_ids=tuple(r.run_id for r in rec.runs),
+        rates=tuple(r.examples_per_sec for r in rec.runs),
     )
 
 

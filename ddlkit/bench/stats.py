@@ -6,6 +6,8 @@
 - :func:`summarize`: repeats of a case to median and spread (min, max).
 - :func:`scaling`: speed-up and scaling efficiency of each case against the same
   strategy with one worker.
+- :func:`stability`, :func:`round_speeds`, :func:`drift_note`: whether a case's repeats
+  agree, the machine's speed in each round, and whether that speed explains a spread.
 
 :class:`Spread`, :class:`RunMeasure` and :class:`Communication` are bench.json's own
 types (:mod:`ddlkit.bench.schema`), imported here for the functions that make them.
@@ -13,6 +15,7 @@ types (:mod:`ddlkit.bench.schema`), imported here for the functions that make th
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +136,41 @@ def stability(rates: Sequence[float]) -> tuple[float | None, str | None]:
             f"is not one speed"
         )
     return ratio, f"unstable: max/min of the runs {ratio:.2f} > {STABLE:.2f}"
+
+
+def round_speeds(rates_by_case: Sequence[Sequence[float]]) -> tuple[float, ...] | None:
+    """The machine's speed in each round of a benchmark, 1.00 its average (pure).
+
+    A benchmark runs every case once per round, so a case's runs are its rounds in order.
+    Each case that ran in every round has its rates divided by their geometric mean; a
+    round's speed is the geometric mean of those over the cases. A virtual machine whose
+    speed drifts over the minutes of a benchmark slows every case of a round alike, and
+    shows here. None: fewer than 2 rounds, or fewer than 2 cases ran in all of them.
+    """
+    rounds = max((len(r) for r in rates_by_case), default=0)
+    full = [r for r in rates_by_case if len(r) == rounds and all(v > 0 for v in r)]
+    if rounds < 2 or len(full) < 2:
+        return None
+    logs = [[math.log(v) for v in r] for r in full]
+    centred = [[v - statistics.fmean(r) for v in r] for r in logs]
+    return tuple(math.exp(statistics.fmean(col)) for col in zip(*centred, strict=True))
+
+
+def drift_note(rates: Sequence[float], others: Sequence[Sequence[float]]) -> str:
+    """What an unstable case's max/min becomes once each run is divided by its round's
+    machine speed (:func:`round_speeds` of the other cases' rates, so a case does not
+    correct itself); "" when the rounds cannot be lined up (pure)."""
+    speeds = round_speeds(others)
+    if speeds is None or len(rates) != len(speeds) or min(rates, default=0) <= 0:
+        return ""
+    adjusted = [v / s for v, s in zip(rates, speeds, strict=True)]
+    ratio = max(adjusted) / min(adjusted)
+    verdict = "within" if ratio <= STABLE else "still beyond"
+    return (
+        f"; {ratio:.2f} with each run divided by the machine's speed in its round "
+        f"({', '.join(f'{s:.2f}' for s in speeds)}, from the other cases): {verdict} "
+        f"{STABLE:.2f}"
+    )
 
 
 BASE = {"independent": "single"}  # the x1 a strategy's scaling is measured against

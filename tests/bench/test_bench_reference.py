@@ -11,7 +11,7 @@ from ddlkit.bench.config import BenchCase, plan_cases
 from ddlkit.bench.measured import BenchResult, CaseResult
 from ddlkit.bench.results import HEADERS, from_file
 from ddlkit.bench.schema import BenchFile, RunMeasure
-from ddlkit.bench.stats import STABLE, stability
+from ddlkit.bench.stats import STABLE, drift_note, round_speeds, stability
 from ddlkit.errors import ConfigError
 
 
@@ -31,6 +31,49 @@ def test_a_halving_between_process_starts_is_flagged_bimodal_not_averaged():
 def test_spread_without_two_speeds_is_unstable():
     ratio, note = stability([4000.0, 4300.0, 4600.0])
     assert note == f"unstable: max/min of the runs {4600 / 4000:.2f} > {STABLE:.2f}"
+
+
+DRIFT = (1.06, 1.0, 0.94)  # a machine that slows over a benchmark's three rounds
+
+
+def test_round_speeds_find_a_drift_every_case_shares():
+    cases = [[base * d for d in DRIFT] for base in (4000.0, 8000.0, 600.0)]
+    mean = (1.06 * 1.0 * 0.94) ** (1 / 3)
+    assert round_speeds(cases) == pytest.approx([d / mean for d in DRIFT])
+    # a case that missed a round does not count; fewer than 2 full cases or rounds: None
+    assert round_speeds([*cases, [5000.0, 10.0]]) == pytest.approx(round_speeds(cases))
+    assert round_speeds(cases[:1]) is None
+    assert round_speeds([[4000.0], [8000.0]]) is None
+
+
+def test_drift_note_says_whether_the_machine_explains_a_spread():
+    others = [[base * d for d in DRIFT] for base in (4000.0, 8000.0)]
+    drifting = [5000.0 * d for d in DRIFT]  # max/min 1.13, all of it the machine's
+    assert stability(drifting)[1].startswith("unstable: max/min of the runs 1.13")
+    note = drift_note(drifting, others)
+    assert note.startswith("; 1.00 with each run divided by the machine's speed in its round")
+    assert note.endswith(f"within {STABLE:.2f}")
+    own = [5000.0, 5000.0 * 1.2, 5000.0]  # a spread of its own, no drift in it
+    assert drift_note(own, others).endswith(f"still beyond {STABLE:.2f}")
+    assert drift_note([5000.0, 5100.0], others) == ""  # rounds do not line up
+
+
+def test_the_table_and_about_show_the_machine_drift(tmp_path):
+    rates = {
+        "single-x1": [4000 * d for d in DRIFT],
+        "independent-x2": [8000 * d for d in DRIFT],
+        "horovod-x2": [7000 * d for d in DRIFT],
+    }
+    res = from_file(_result(tmp_path, rates).to_record(), tmp_path / "bench.json")
+    about = dict(res.about_rows())
+    assert about["machine by round"].startswith("1.06, 1.00, 0.94: each round's speed")
+    assert "over the 3 cases run in every round" in about["machine by round"]
+    (note,) = [n for n in res.notes() if "unstable" in n]  # the same for all three cases
+    assert note.endswith(f"within {STABLE:.2f}")
+    number = note.split(" ", 1)[0]  # "[k]"
+    for row in res.rows():
+        assert dict(zip(HEADERS, row, strict=True))["min-max (n)"].endswith(f" {number}")
+    assert "with each run divided by the machine's speed" in res.summary()
 
 
 def test_the_reference_runs_first_once_on_mnist_without_evaluations():
