@@ -156,7 +156,8 @@ class Calibration:
             f"{self.strategy}, 2 workers on this machine: the measured step is "
             f"{d * 1e3:+.1f} ms ({d / self.measured_step:+.0%}) from the prediction. Left out "
             f"of the model: waiting for the slower rank, Horovod's negotiation cycle, and the "
-            f"load on the machine when the fit was measured (its small tensors are noisy)"
+            f"machine's load and the ranks' placement when the fit was measured (unpinned "
+            f"ranks' small all-reduces vary from one start to the next)"
         )
 
     def _repr_html_(self) -> str:
