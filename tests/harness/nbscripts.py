@@ -14,47 +14,20 @@ and ``python -m`` put the working directory first on ``sys.path``, ahead of the 
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 from pathlib import Path
 
+from ddlkit.lesson import extract, scripts
+
+__all__ = ["NOTEBOOKS", "extract", "no_ddlkit_env", "write_scripts"]
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-MAGIC = "%%writefile"
 BLOCKED = "ddlkit is not importable here on purpose: this script must run without ddlkit"
-
-
-def extract(notebook: str | os.PathLike) -> dict[str, str]:
-    """``{file name: text}`` of every ``%%writefile`` cell of ``notebook``, in order.
-
-    ``%%writefile -a`` appends to the text written so far, as IPython does.
-    """
-    cells = json.loads(Path(notebook).read_text())["cells"]
-    scripts: dict[str, str] = {}
-    for cell in cells:
-        source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
-        first, _, body = source.partition("\n")
-        if not first.startswith(MAGIC):
-            continue
-        words = shlex.split(first[len(MAGIC) :])
-        append = "-a" in words or "--append" in words
-        names = [w for w in words if not w.startswith("-")]
-        if len(names) != 1:
-            raise ValueError(f"{notebook}: cannot read the file name of {first!r}")
-        text = body if body.endswith("\n") else body + "\n"
-        scripts[names[0]] = scripts.get(names[0], "") + text if append else text
-    return scripts
 
 
 def write_scripts(notebook: str | os.PathLike, dest: str | os.PathLike) -> dict[str, Path]:
     """Write ``notebook``'s scripts under ``dest`` (keeping their relative paths)."""
-    paths = {}
-    for name, text in extract(notebook).items():
-        path = Path(dest) / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        paths[name] = path
-    return paths
+    return scripts(notebook, dest)
 
 
 def no_ddlkit_env(tmp_path: str | os.PathLike, **extra: str) -> dict[str, str]:

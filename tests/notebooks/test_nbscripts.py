@@ -66,3 +66,13 @@ def test_every_committed_notebook_parses():
     for nb in sorted(NOTEBOOKS.glob("*.ipynb")):
         for name, text in extract(nb).items():
             compile(text, f"{nb.name}:{name}", "exec")
+
+
+def test_a_notebook_without_scripts_or_unreadable_says_so(tmp_path):
+    from ddlkit.errors import ConfigError
+    from ddlkit.lesson import scripts
+
+    with pytest.raises(ConfigError, match="writes no script"):
+        scripts(_notebook(tmp_path, "x = 1"), tmp_path / "out")
+    with pytest.raises(ConfigError, match="cannot read the notebook"):
+        scripts(tmp_path / "missing.ipynb", tmp_path / "out")
