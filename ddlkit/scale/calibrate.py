@@ -1,7 +1,7 @@
 """This machine as the model's hardware: from a bench.json and notebook 05's all-reduce fit.
 
     cal = dk.scale.calibrate("notebooks/data/bench-full.json",
-                             "notebooks/data/allreduce-2ranks.json", spec)
+                             "notebooks/data/allreduce-horovod.json", spec)
     cal             # the parameters, and predicted vs measured for 2 workers
     cal.hardware    # use it like any preset: dk.scale.predict(spec, cal.hardware, 8)
 

@@ -15,7 +15,7 @@ from ddlkit.scale import ModelSpec, calibrate, predict
 # The full benchmark recorded on 2026-11-21 (then notebooks/data/bench-full.json): the recording
 # this calibration was checked against; notebook 09 calibrates on the current one.
 BENCH = Path(__file__).parent / "data" / "bench-2026-11-21.json"
-# Its Horovod ran over Gloo, so the Gloo fit goes with it: notebooks/data/allreduce-2ranks.json
+# Its Horovod ran over Gloo, so the Gloo fit goes with it: the course's Horovod fit
 # until 2026-11-25 05:31 UTC, before the horovod strategy ran over MPI (the current file).
 ALLREDUCE = Path(__file__).parent / "data" / "allreduce-gloo-2026-11-25.json"
 # the benchmark's model, as dk.bench.ratio counts it (tests/scale/test_scale_models.py checks)
