@@ -37,6 +37,8 @@ from ddlkit.horovod.timing import AllreduceTiming
 
 ROOT = Path(__file__).resolve().parent.parent
 MWMS_TIMER = ROOT / "launch" / "time_mwms_allreduce.py"
+SIZES = [4 * 2**k for k in range(8, 25, 2)]  # 1 KiB to 64 MiB, float32
+REPEATS = 20
 SCRIPTS = {
     "horovod": ROOT / "launch" / "train_horovod.py",
     "multi_worker": ROOT / "launch" / "train_multi_worker.py",
@@ -57,11 +59,13 @@ def print_timing(timing: AllreduceTiming, strategy: str, **per_size: list[float]
     print(json.dumps(fit))
 
 
-def allreduce(sizes: list[int], repeats: int, ranks: int) -> None:
-    print_timing(dkh.allreduce_timing(sizes, np=ranks, repeats=repeats), "horovod")
+def allreduce(sizes: list[int], repeats: int, ranks: int) -> AllreduceTiming:
+    timing = dkh.allreduce_timing(sizes, np=ranks, repeats=repeats)
+    print_timing(timing, "horovod")
+    return timing
 
 
-def mwms_allreduce(sizes: list[int], repeats: int, workers: int, runs_dir=None) -> None:
+def mwms_allreduce(sizes: list[int], repeats: int, workers: int, runs_dir=None) -> AllreduceTiming:
     args = ["--sizes", *map(str, sizes), "--repeats", str(repeats)]
     run = launch.start(
         MWMS_TIMER,
@@ -93,6 +97,7 @@ def mwms_allreduce(sizes: list[int], repeats: int, workers: int, runs_dir=None) 
         }
     )
     print_timing(timing, "multi_worker", call_without_s=calls)
+    return timing
 
 
 def train(steps: int, epochs: int, batch: int, workers: int) -> None:
@@ -135,10 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.train:
             train(steps=10, epochs=1, batch=64, workers=args.ranks)
         return 0
-    sizes = [4 * 2**k for k in range(8, 25, 2)]
-    allreduce(sizes, repeats=20, ranks=args.ranks)
+    allreduce(SIZES, repeats=REPEATS, ranks=args.ranks)
     if args.mwms:
-        mwms_allreduce(sizes, repeats=20, workers=args.ranks)
+        mwms_allreduce(SIZES, repeats=REPEATS, workers=args.ranks)
     if args.train:
         train(steps=args.steps, epochs=1, batch=64, workers=args.ranks)
     return 0
