@@ -59,8 +59,10 @@ def print_timing(timing: AllreduceTiming, strategy: str, **per_size: list[float]
     print(json.dumps(fit))
 
 
-def allreduce(sizes: list[int], repeats: int, ranks: int) -> AllreduceTiming:
-    timing = dkh.allreduce_timing(sizes, np=ranks, repeats=repeats)
+def allreduce(
+    sizes: list[int], repeats: int, ranks: int, transport: str = "auto"
+) -> AllreduceTiming:
+    timing = dkh.allreduce_timing(sizes, np=ranks, repeats=repeats, transport=transport)
     print_timing(timing, "horovod")
     return timing
 

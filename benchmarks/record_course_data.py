@@ -11,7 +11,9 @@ is not one the course may quote). Then, one after the other:
    Horovod and MultiWorkerMirrored on the small ResNet);
 2. ``allreduce-horovod.json``: Horovod's all-reduce by tensor size over 2 ranks, each pinned
    to its own core (MPI where this Horovod has it), as the horovod strategy runs them;
-3. ``allreduce-mwms.json``: MultiWorkerMirroredStrategy's all-reduce by size in 2 launched
+3. ``allreduce-horovod-gloo.json``: the same over Gloo (Horovod's TCP transport), for the
+   comparison notebooks 05 and 08 make;
+4. ``allreduce-mwms.json``: MultiWorkerMirroredStrategy's all-reduce by size in 2 launched
    workers, each on its own core (gRPC).
 
 Each all-reduce file holds a ``recorded`` block (UTC time, command, 1/5/15-minute load
@@ -87,7 +89,12 @@ def record_bench(out: Path, quick: bool) -> None:
 
 def record_allreduce(out: Path, quick: bool) -> None:
     sizes, repeats = ([1024, 65536], 3) if quick else (ba.SIZES, ba.REPEATS)
-    for strategy, measure in (("horovod", ba.allreduce), ("multi_worker", ba.mwms_allreduce)):
+    measures = {
+        "horovod": ba.allreduce,
+        "horovod_gloo": lambda s, r, n: ba.allreduce(s, r, n, transport="gloo"),
+        "multi_worker": ba.mwms_allreduce,
+    }
+    for strategy, measure in measures.items():
         load = list(os.getloadavg())
         timing = measure(sizes, repeats, 2)
         doc = timing.to_dict() | {"recorded": stamp(load)}

@@ -31,8 +31,13 @@ from ddlkit.settings import REPO_ROOT
 
 DATA = REPO_ROOT / "notebooks" / "data"
 BENCH = "bench-full.json"
-# the all-reduce fits, by the strategy whose transport each one timed
-ALLREDUCE = {"horovod": "allreduce-horovod.json", "multi_worker": "allreduce-mwms.json"}
+# the all-reduce fits, by the strategy (and transport) each one timed: Horovod as the horovod
+# strategy runs it here (MPI), Horovod over Gloo, and MultiWorkerMirrored's gRPC collectives
+ALLREDUCE = {
+    "horovod": "allreduce-horovod.json",
+    "horovod_gloo": "allreduce-horovod-gloo.json",
+    "multi_worker": "allreduce-mwms.json",
+}
 
 _CASE_FIELDS = {
     # field: (what, unit, how to read it from a CaseSummary)
