@@ -53,7 +53,7 @@ data: $(INSTALLED)
 # fails the target. `make lab` goes on without it and says so (notebook 05 and the
 # horovod strategy then explain the fix). It is built with Gloo and MPI (Debian's Open MPI,
 # from system-packages.txt): the horovod strategy runs the ranks of one machine over MPI,
-# 0.91 of two independent processes for the MNIST CNN where Gloo gives 0.74.
+# through shared memory where Gloo goes through loopback TCP (notebooks 05 and 08 measure both).
 # `make ... HOROVOD_MPI=` builds Gloo only.
 HOROVOD_MPI ?= 1
 HOROVOD_FLAGS := $(if $(HOROVOD_MPI),--mpi)

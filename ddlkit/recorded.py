@@ -39,6 +39,7 @@ ALLREDUCE = {
     "multi_worker": "allreduce-mwms.json",
 }
 
+_WHO = {"horovod": "Horovod", "horovod_gloo": "Horovod", "multi_worker": "MultiWorkerMirrored"}
 _CASE_FIELDS = {
     # field: (what, unit, how to read it from a CaseSummary)
     "examples_per_sec": ("examples/s, all workers, median of the repeats", "examples/s"),
@@ -145,7 +146,7 @@ def _allreduce_quantities(strategy: str, path: Path) -> list[Quantity]:
 
     timing = AllreduceTiming.from_dict(json.loads(path.read_text()))
     latency, bandwidth = timing.fit()
-    who = f"{strategy}'s all-reduce over {timing.ranks} processes ({timing.transport})"
+    who = f"{_WHO[strategy]}'s all-reduce over {timing.ranks} processes ({timing.transport})"
     out = [
         Quantity(
             f"allreduce.{strategy}.latency_ms", latency * 1e3, "ms", f"{who}: fit's a", path.name
