@@ -16,8 +16,8 @@ place are ``notebooks/data/claims/<place>.toml``::
 Rules (tests/notebooks/test_claims.py): every quote stands in its place; a claim's numbers
 equal their quantities at the precision they are written with (``0.89`` is 0.885 to 0.895,
 ``8,986`` is 8,985.5 to 8,986.5, ``89%`` is 0.885 to 0.895 of a ratio); every number the
-prose writes with a unit of measurement (examples/s, ms, GB/s, %, ...) stands inside a
-claim's or an unrecorded quote; and no lesson names a date, a time or an issue number.
+prose writes with a unit of measurement (examples/s, ms, GB/s, %, ...), and every table cell
+that is a bare number, stands inside a claim's or an unrecorded quote; and no lesson names a date, a time or an issue number.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ MEASURED = re.compile(
     r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*"
     r"(examples/s|ex/s|images/s|steps/s|ms\b|µs|us\b|GB/s|MB/s|Gbit/s|Gb/s|TFLOP/s|%|x\b|×)"
 )
+# a table cell that is a bare number (tables hold the figures prose would otherwise quote)
+CELL = re.compile(r"(?<=\| )[-+]?\d[\d,]*(?:\.\d+)?(?: / [-+]?\d[\d,]*(?:\.\d+)?)*(?= \|)")
 DATED = re.compile(
     r"\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d UTC\b|\bissue \d+\b|recording before|last stop"
     r"|\bearlier recording|\bprevious recording",
@@ -145,7 +147,8 @@ def unaccounted(place: str, quotes: list[str]) -> list[str]:
                 covered[i] = True
             start = text.find(quote, start + 1)
     out = []
-    for m in MEASURED.finditer(text):
+    hits = sorted([*MEASURED.finditer(text), *CELL.finditer(text)], key=lambda m: m.start())
+    for m in hits:
         if not all(covered[m.start() : m.end()]):
             lo, hi = max(0, m.start() - 40), min(len(text), m.end() + 20)
             out.append(f"{place}: {m.group()!r} in '...{text[lo:hi]}...'")

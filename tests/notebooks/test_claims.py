@@ -78,6 +78,10 @@ def test_measured_numbers_outside_quotes_are_found(monkeypatch):
     monkeypatch.setattr(cl, "prose_of", lambda place: cl.re.sub(r"`[^`]*`", " ", prose))
     assert [s.split("'")[1] for s in cl.unaccounted("x", [])] == ["8,986 examples/s"]
     assert cl.unaccounted("x", ["8,986 examples/s"]) == []
+    table = "| case | examples/s |\n|---|---|\n| horovod-x2 | 8,986 |"
+    monkeypatch.setattr(cl, "prose_of", lambda place: table)
+    assert [s.split("'")[1] for s in cl.unaccounted("x", [])] == ["8,986"]
+    assert cl.unaccounted("x", ["horovod-x2 | 8,986"]) == []
 
 
 def test_dates_times_and_issue_numbers_are_found(monkeypatch):
