@@ -17,7 +17,8 @@ Rules (tests/notebooks/test_claims.py): every quote stands in its place; a claim
 equal their quantities at the precision they are written with (``0.89`` is 0.885 to 0.895,
 ``8,986`` is 8,985.5 to 8,986.5, ``89%`` is 0.885 to 0.895 of a ratio); every number the
 prose writes with a unit of measurement (examples/s, ms, GB/s, %, ...), and every table cell
-that is a bare number, stands inside a claim's or an unrecorded quote; and no lesson names a date, a time or an issue number.
+that is a bare number, stands inside a claim's or an unrecorded quote; and no lesson names a
+date, a time or an issue number.
 """
 
 from __future__ import annotations
