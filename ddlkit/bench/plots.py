@@ -17,7 +17,7 @@ from ddlkit.bench.results import BenchResults, CaseSummary
 
 # Horovod's README: 128 servers with 4 Pascal GPUs each, 25 Gbit/s RoCE network.
 HOROVOD_PUBLISHED = 0.90
-HOROVOD_LABEL = "Horovod's published 90% (Inception V3, ResNet-101; 512 GPUs)"
+HOROVOD_LABEL = "Horovod's published 90% (Inception V3, ResNet-101; 512 GPUs, 25 Gbit/s RoCE)"
 STRATEGY_COLOURS = tuple(f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown"))
 WORKER_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
