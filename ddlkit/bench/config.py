@@ -52,9 +52,9 @@ ARCHS = {"cnn": "", "small_resnet": "-resnet"}
 # followed an evaluation, and measured PS on the rest.
 EVALS_OUTSIDE_STEP_TIME = frozenset({"parameter_server"})
 # `ddlkit bench --resnet`: these cases again with the small ResNet on CIFAR-10 (32x32x3, what
-# it is built for), with fewer steps. Measured on this 2-core machine (quiet, batch 64, one
-# core per worker): single-x1-resnet 335 ms/step against the MNIST CNN's 44, so 30 steps
-# train ~10 s; no held-out evaluations (each would cost seconds).
+# it is built for), with fewer steps: a ResNet step takes about nine times the MNIST CNN's
+# (batch 64, one core per worker; the recorded bench-full.json has both), so 30 steps train
+# a few seconds; no held-out evaluations (each would cost seconds).
 RESNET_CASES = (("single", 1), ("independent", 2), ("multi_worker", 2), ("horovod", 2))
 RESNET_DATASET = "cifar10"
 RESNET_STEPS = {"quick": 20, "full": 30}

@@ -31,6 +31,8 @@ def test_a_halving_between_process_starts_is_flagged_bimodal_not_averaged():
 def test_spread_without_two_speeds_is_unstable():
     ratio, note = stability([4000.0, 4300.0, 4600.0])
     assert note == f"unstable: max/min of the runs {4600 / 4000:.2f} > {STABLE:.2f}"
+    # just over the threshold: three decimals, never "1.10 > 1.10"
+    assert stability([5259.0, 5439.0, 5789.0])[1] == "unstable: max/min of the runs 1.101 > 1.10"
 
 
 DRIFT = (1.06, 1.0, 0.94)  # a machine that slows over a benchmark's three rounds
