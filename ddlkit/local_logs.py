@@ -4,12 +4,11 @@ tf-keras' ``Model.fit`` logs each step's metrics from ``metric.result()``, and t
 runs that in a ``merge_call`` that all-reduces the metric's variables across the workers
 (they are sync-on-read). For the kit's loss and accuracy that is 4 all-reduces a step
 (each metric's total and count) besides the gradients' one. Between workers on CPUs each
-is a gRPC round trip: about 1.5 ms for a few bytes between 2 local workers on the 2-core
-machine this was measured on, and the workers wait for it. :func:`local_step_logs` gives
-the same layers a ``compute_metrics`` that updates the same metrics and logs this worker's
-own running values, as a Horovod rank does: ``launch/train_multi_worker.py`` (MNIST CNN,
-200 steps, 2 workers on a core each, ``ddlkit bench``'s case, 3 rounds) went from
-5,657-6,253 to 7,491-7,988 examples/s (issue 14).
+is a gRPC round trip that every worker waits for, small against a GPU step but not against
+a small model's CPU step. :func:`local_step_logs` gives the same layers a
+``compute_metrics`` that updates the same metrics and logs this worker's own running
+values, as a Horovod rank does; notebook 08 (section 12) measures what that saves on the
+learner's machine.
 
 What stays synchronised: at each epoch end ``fit`` reads the metrics again outside the
 step, in cross-replica context, so the epoch's logs (``History``, epoch callbacks) and

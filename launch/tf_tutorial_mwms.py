@@ -4,8 +4,15 @@ multi-worker Keras tutorial: it knows nothing of ddlkit and reads only TF_CONFIG
 It is here to show that ``ddlkit launch`` runs such scripts unchanged:
     ddlkit launch --strategy multi_worker -n 2 launch/tf_tutorial_mwms.py
 
+and by hand, one shell per worker (index 0 and 1), without ddlkit:
+    TF_USE_LEGACY_KERAS=1 TF_CONFIG='{"cluster": {"worker": ["localhost:12345",
+        "localhost:12346"]}, "task": {"type": "worker", "index": 0}}' \
+        .venv/bin/python launch/tf_tutorial_mwms.py
+
 (It trains on random data, like a smoke test, so it needs no data set.)
-The launcher sets TF_USE_LEGACY_KERAS=1, so ``tf.keras`` here is tf-keras.
+``tf.keras`` must be tf-keras (TF_USE_LEGACY_KERAS=1 before TensorFlow loads; the
+launcher sets it): on TensorFlow 2.21 ``tf.keras`` is otherwise Keras 3, whose ``fit``
+fails under MultiWorkerMirroredStrategy (keras-team/keras#20585).
 """
 
 import json
@@ -45,6 +52,8 @@ def build_and_compile_model():
 
 def main():
     tf_config = json.loads(os.environ["TF_CONFIG"])
+    # The tutorial's count: right for a cluster of workers only. With a "chief" task too
+    # (some launchers write one) it misses the chief: strategy.num_replicas_in_sync does not.
     num_workers = len(tf_config["cluster"]["worker"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     global_batch_size = 64 * num_workers

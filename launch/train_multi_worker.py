@@ -1,7 +1,9 @@
 """Train a CNN with MultiWorkerMirroredStrategy: one process per worker.
 
-Lines that exist only for distribution end with ``# [dist]``; everything else
-is launch/train_single.py.
+Lines there or different because training is distributed end with ``# [dist]``
+(the single-process script is launch/train_single.py); lines that only make it
+faster end with ``# [speed]``. Importing ``_common`` sets TensorFlow's CPU
+allocator (``TF_CPU_ALLOCATOR_USE_BFC``, a ``# [speed]`` setting: see there).
 
 Launch:
     ddlkit launch --strategy multi_worker -n 2 launch/train_multi_worker.py -- --epochs 1
@@ -22,11 +24,17 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 
 # isort: split
 import tensorflow as tf
-from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
+from _common import (  # [speed] _common also sets TF_CPU_ALLOCATOR_USE_BFC (see there)
+    add_eval_flags,
+    held_out_evals,
+    parse_args,
+    report,
+    test_accuracy,
+)
 
-from ddlkit import data, metrics, models
+from ddlkit import data, faults, metrics, models
 from ddlkit.data import pipeline
-from ddlkit.local_logs import local_step_logs  # [dist]
+from ddlkit.local_logs import local_step_logs  # [dist] [speed]
 
 
 def _flags(parser) -> None:
@@ -44,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=_flags, model_flag=True)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
     replicas = strategy.num_replicas_in_sync  # [dist]
-    cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
+    resolver = strategy.cluster_resolver  # [dist] who is who, from TF_CONFIG
+    cluster = resolver.cluster_spec().as_dict()  # [dist] every task's address
     workers = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1  # [dist]
+    chief = faults.is_chief(resolver.task_type, resolver.task_id, cluster)  # [dist] TF's rule
     global_batch = args.batch_size * replicas  # [dist] per-replica batch x replicas
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     train = pipeline.for_strategy(  # [dist] each worker reads its own shard
@@ -54,16 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.build(args.model, args.dataset, seed=args.seed)  # --model
-        if args.step_logs == "local":  # [dist] tf-keras' fit all-reduces every metric each step:
-            model = local_step_logs(model)  # [dist] 5,700 -> 7,600 examples/s, ddlkit/local_logs.py
+        if args.step_logs == "local":  # [dist] [speed] tf-keras' fit all-reduces the metrics
+            model = local_step_logs(model)  # [dist] [speed] every step: ddlkit/local_logs.py
         models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
             model,
-            args.lr * replicas,  # [dist] lr scales with batch
+            args.lr * replicas,  # [dist] linear in the batch: SGD's rule, a heuristic for Adam
             steps_per_execution=args.steps_per_execution,
         )
     reporter = metrics.KerasReporter(batch_size=global_batch // workers)
     callbacks = [reporter]
-    if strategy.cluster_resolver.task_id in (0, None):  # [dist] worker-0 evaluates
+    if chief:  # [dist] the chief evaluates (the chief task, else worker 0)
         callbacks += held_out_evals(reporter, args, x_test, y_test, global_batch)
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)

@@ -5,14 +5,19 @@ each worker runs in its own working directory):
 
 - ``--backup-dir``: ``tf.keras.callbacks.BackupAndRestore`` backs training up
   after every epoch; a relaunch with the same directory resumes from the
-  epoch after the last backup (the directory must outlive the run).
+  epoch after the last backup. The directory must outlive the run and be the
+  same storage for every worker: the chief writes ``<dir>/chief`` and every
+  worker restores from it (on several hosts: a shared file system or a bucket).
 - ``--checkpoint-dir``: the trained model's checkpoint, saved once at the end.
 - ``--tensorboard-dir``: TensorBoard logs.
 
 Every worker saves (a save may need all of them), but only the chief writes
-into these directories; the others write into a temporary directory next to
-them and delete it (TensorFlow's rule; ``ddlkit.faults.write_dir``). The
-result reports the epoch training started from (``initial_epoch``).
+into these directories. tf-keras' callbacks (BackupAndRestore, TensorBoard)
+apply that rule themselves; for the checkpoint the script does: the others
+write into a temporary directory next to it and delete it (TensorFlow's rule;
+``ddlkit.faults.write_dir``). The chief is TensorFlow's: the ``chief`` task,
+else worker 0 (``ddlkit.faults.is_chief``). The result reports the epoch
+training started from (``initial_epoch``).
 
 Lines that exist only for distribution end with ``# [dist]``.
 
@@ -79,10 +84,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, __doc__, extra=add_flags)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # [dist] reads TF_CONFIG
-    task_type = strategy.cluster_resolver.task_type  # [dist] "worker" (None: no cluster)
+    task_type = strategy.cluster_resolver.task_type  # [dist] "chief"/"worker" (None: no cluster)
     task_id = strategy.cluster_resolver.task_id  # [dist] 0, 1, ...
     replicas = strategy.num_replicas_in_sync  # [dist]
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
+    task = (task_type, task_id, cluster)  # [dist] who this is, for the chief-only files
     workers = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1  # [dist]
     global_batch = args.batch_size * replicas  # [dist] per-replica batch x replicas
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
@@ -92,28 +98,28 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.for_dataset(args.dataset, seed=args.seed)
-        models.compile_classifier(model, args.lr * replicas)  # [dist] lr scales with batch
+        # [dist] lr linear in the batch: the rule for SGD, a heuristic for this Adam
+        models.compile_classifier(model, args.lr * replicas)  # [dist]
     reporter = metrics.KerasReporter(batch_size=global_batch // workers)
     callbacks = []
     if args.backup_dir:
-        # Restores the last backup at the start, backs up after every epoch (the chief
-        # into backup_dir/chief, the others into a temp dir), deletes it when done.
-        callbacks.append(tf.keras.callbacks.BackupAndRestore(args.backup_dir))
-        reporter = faults.ResumeReporter(batch_size=global_batch // workers)  # after it
+        # Restores the last backup at the start (every worker, from backup_dir/chief), backs
+        # up after every epoch (the chief into backup_dir/chief, the others into a temp dir
+        # they delete), deletes it when done.
+        backup = tf.keras.callbacks.BackupAndRestore(args.backup_dir)
+        callbacks.append(backup)
+        reporter = faults.ResumeReporter(backup, batch_size=global_batch // workers)  # after it
     callbacks.append(reporter)
-    if args.tensorboard_dir:
-        log_dir = faults.write_dir(args.tensorboard_dir, task_type, task_id)  # [dist]
-        callbacks.append(tf.keras.callbacks.TensorBoard(str(log_dir), profile_batch=0))
+    if args.tensorboard_dir:  # the real directory: TensorBoard writes on the chief only itself
+        callbacks.append(tf.keras.callbacks.TensorBoard(args.tensorboard_dir, profile_batch=0))
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)
     seconds = time.perf_counter() - start
-    if args.tensorboard_dir:
-        faults.remove_write_dir(args.tensorboard_dir, task_type, task_id)  # [dist]
     if args.checkpoint_dir:
-        ckpt_dir = faults.write_dir(args.checkpoint_dir, task_type, task_id)  # [dist]
+        ckpt_dir = faults.write_dir(args.checkpoint_dir, *task)  # [dist] others: a temp dir
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
         tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=1).save()
-        faults.remove_write_dir(args.checkpoint_dir, task_type, task_id)  # [dist]
+        faults.remove_write_dir(args.checkpoint_dir, *task)  # [dist]
     accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
     initial_epoch = getattr(reporter, "initial_epoch", 0)  # after a restore: last backup + 1
     examples = (args.epochs - initial_epoch) * steps * global_batch
@@ -130,12 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             "global_batch": global_batch,
             "initial_epoch": initial_epoch,
             "restored_epoch": getattr(reporter, "restored_epoch", None),
-            "chief": faults.is_chief(task_type, task_id),
-            "write_dirs": {  # where this worker wrote the files meant for each directory
-                name: str(faults.write_dir(getattr(args, name), task_type, task_id))
-                for name in ("checkpoint_dir", "tensorboard_dir")
-                if getattr(args, name)
-            },
+            "chief": faults.is_chief(*task),
+            "should_checkpoint": strategy.extended.should_checkpoint,  # TensorFlow's answer
+            "write_dirs": {  # where this worker wrote the files meant for the checkpoint
+                "checkpoint_dir": str(faults.write_dir(args.checkpoint_dir, *task))
+            }
+            if args.checkpoint_dir
+            else {},
         }
     )
     return 0

@@ -16,59 +16,83 @@ from ddlkit.launch import run as run_mod
 # -- chief-only files --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("task_type", "task_id", "chief"),
-    [
-        (None, None, True),
-        ("chief", 0, True),
-        ("worker", 0, True),
-        ("worker", 1, False),
-        ("worker", 2, False),
-        ("ps", 0, False),
-        ("evaluator", 0, False),
-    ],
-)
-def test_the_chief_is_the_chief_task_else_worker_0(task_type, task_id, chief):
-    assert faults.is_chief(task_type, task_id) is chief
+WORKERS = {"worker": ["a:1", "b:1"]}
+WITH_CHIEF = {"chief": ["c:1"], "worker": ["a:1", "b:1"]}
+LAYOUTS = [
+    (None, None, {}, True),
+    ("worker", 0, WORKERS, True),
+    ("worker", 1, WORKERS, False),
+    ("chief", 0, WITH_CHIEF, True),
+    ("worker", 0, WITH_CHIEF, False),  # a chief task exists: worker 0 is an ordinary worker
+    ("worker", 1, WITH_CHIEF, False),
+    ("ps", 0, {**WITH_CHIEF, "ps": ["p:1"]}, False),
+    ("evaluator", 0, {**WORKERS, "evaluator": ["e:1"]}, True),  # runs alone, as TF says
+]
+
+
+@pytest.mark.parametrize(("task_type", "task_id", "cluster", "chief"), LAYOUTS)
+def test_the_chief_is_the_chief_task_else_worker_0_if_there_is_none(
+    task_type, task_id, cluster, chief
+):
+    assert faults.is_chief(task_type, task_id, cluster) is chief
+
+
+@pytest.mark.slow
+def test_the_chief_rule_is_tensorflows():
+    from tensorflow.python.distribute import multi_worker_util
+
+    from ddlkit import backend
+
+    tf = backend.tf()
+    for task_type, task_id, cluster, _ in LAYOUTS[1:]:
+        spec = tf.train.ClusterSpec(cluster)
+        theirs = multi_worker_util.is_chief(spec, task_type, task_id)
+        assert faults.is_chief(task_type, task_id, spec) is theirs, (task_type, task_id, cluster)
+
+
+def test_the_chief_rule_needs_the_cluster():
+    with pytest.raises(ConfigError, match="cluster_spec"):
+        faults.is_chief("worker", 0, ["a:1", "b:1"])
 
 
 def test_the_chief_writes_the_real_dir_the_others_a_temp_dir_next_to_it(tmp_path):
     real = tmp_path / "ckpt"
-    assert faults.write_dir(real, "worker", 0) == real
-    assert faults.write_dir(str(real), "worker", 1) == tmp_path / "workertemp_1" / "ckpt"
-    assert faults.write_dir(real, "worker", 2) == tmp_path / "workertemp_2" / "ckpt"
+    assert faults.write_dir(real, "worker", 0, WORKERS) == real
+    assert faults.write_dir(str(real), "worker", 1, WORKERS) == tmp_path / "workertemp_1" / "ckpt"
+    assert faults.write_dir(real, "chief", 0, WITH_CHIEF) == real
+    assert faults.write_dir(real, "worker", 0, WITH_CHIEF) == tmp_path / "workertemp_0" / "ckpt"
     assert not (tmp_path / "workertemp_1").exists(), "write_dir only names the directory"
 
 
 def test_a_non_chief_without_an_index_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="task_id"):
-        faults.write_dir(tmp_path, "worker", None)
+        faults.write_dir(tmp_path, "worker", None, WORKERS)
 
 
 def test_remove_write_dir_deletes_only_the_non_chiefs_temp_dir(tmp_path):
     real = tmp_path / "ckpt"
     real.mkdir()
     (real / "chief-file").write_text("x")
-    assert faults.remove_write_dir(real, "worker", 0) is None
+    assert faults.remove_write_dir(real, "worker", 0, WORKERS) is None
     assert (real / "chief-file").exists(), "the chief's files stay"
 
-    temp = faults.write_dir(real, "worker", 1)
+    temp = faults.write_dir(real, "worker", 1, WORKERS)
     temp.mkdir(parents=True)
     (temp / "ckpt-1.index").write_text("x")
-    assert faults.remove_write_dir(real, "worker", 1) == temp
+    assert faults.remove_write_dir(real, "worker", 1, WORKERS) == temp
     assert not (tmp_path / "workertemp_1").exists()
     assert (real / "chief-file").exists()
 
 
 def test_remove_write_dir_keeps_the_tasks_other_temp_dirs(tmp_path):
-    ckpt = faults.write_dir(tmp_path / "ckpt", "worker", 1)
-    logs = faults.write_dir(tmp_path / "tb", "worker", 1)
+    ckpt = faults.write_dir(tmp_path / "ckpt", "worker", 1, WORKERS)
+    logs = faults.write_dir(tmp_path / "tb", "worker", 1, WORKERS)
     for d in (ckpt, logs):
         d.mkdir(parents=True)
         (d / "f").write_text("x")
-    faults.remove_write_dir(tmp_path / "ckpt", "worker", 1)
+    faults.remove_write_dir(tmp_path / "ckpt", "worker", 1, WORKERS)
     assert not ckpt.exists() and (logs / "f").exists()
-    faults.remove_write_dir(tmp_path / "tb", "worker", 1)
+    faults.remove_write_dir(tmp_path / "tb", "worker", 1, WORKERS)
     assert not (tmp_path / "workertemp_1").exists()
 
 
@@ -93,7 +117,7 @@ def test_list_files_shows_relative_paths_and_sizes(tmp_path):
 
 # -- waiting for backups in a real run ---------------------------------------------------------
 
-# A worker that reports like train_mwms_ft.py's ResumeReporter, without TensorFlow:
+# A worker that reports like a ResumeReporter, without TensorFlow:
 # `--backups N` backup events 0.3 s apart, then `--then sleep|exit0|exit3`.
 FAKE_WORKER = textwrap.dedent(
     """
@@ -207,7 +231,9 @@ class _Interrupt(Exception):
     pass
 
 
-def _tiny_fit(backup_dir, reporter, epochs, stop_at=None):
+def _tiny_fit(backup_dir, epochs, sink, stop_at=None, save_freq="epoch", order=1):
+    """Fit 4 steps an epoch with BackupAndRestore and a ResumeReporter; ``stop_at`` (epoch,
+    batch) interrupts there, as a crash would. ``order`` -1 puts the reporter first."""
     import numpy as np
 
     from ddlkit import backend
@@ -219,53 +245,78 @@ def _tiny_fit(backup_dir, reporter, epochs, stop_at=None):
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
     y = (x[:, 0] > 0).astype("int64")
-    callbacks = [keras.callbacks.BackupAndRestore(str(backup_dir)), reporter]
+    backup = keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=save_freq)
+    reporter = faults.ResumeReporter(backup, batch_size=8, run_dir=backup_dir.parent, sink=sink)
 
     class Stop(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            if epoch == stop_at:
-                raise _Interrupt(epoch)
+            self.epoch = epoch
 
-    if stop_at is not None:
-        callbacks.append(Stop())
+        def on_train_batch_begin(self, batch, logs=None):
+            if (self.epoch, batch) == stop_at:
+                raise _Interrupt(stop_at)
+
+    callbacks = [backup, reporter][::order] + [Stop()]
     model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks)
+    return reporter
+
+
+def _events(records, name):
+    return [r.info for r in records if r.kind == "event" and r.name == name]
 
 
 @pytest.mark.slow
 def test_resume_reporter_reports_backups_and_the_epoch_it_resumed_from(tmp_path):
     first: list = []
-    reporter = faults.ResumeReporter(batch_size=8, run_dir=tmp_path / "a", sink=first.append)
     with pytest.raises(_Interrupt):
-        _tiny_fit(tmp_path / "backup", reporter, epochs=5, stop_at=3)
-    events = [(r.name, r.info) for r in first if r.kind == "event"]
-    assert events[1] == ("resume", {"initial_epoch": 0, "restored_epoch": -1})
-    assert [info["epoch"] for name, info in events if name == "backup"] == [0, 1, 2]
-    assert reporter.initial_epoch == 0 and reporter.restored_epoch == -1
+        _tiny_fit(tmp_path / "backup", 5, first.append, stop_at=(3, 0))
+    assert _events(first, "resume") == [
+        {"initial_epoch": 0, "restored_epoch": -1, "restored_batch": -1}
+    ]
+    assert [(e["epoch"], e["batch"]) for e in _events(first, "backup")] == [
+        (0, -1),
+        (1, -1),
+        (2, -1),
+    ]
+    saved = faults.last_backup(tmp_path / "backup")
+    assert (saved.epoch, saved.checkpoint) == (2, _events(first, "backup")[-1]["checkpoint"])
 
     second: list = []
-    again = faults.ResumeReporter(batch_size=8, run_dir=tmp_path / "b", sink=second.append)
-    _tiny_fit(tmp_path / "backup", again, epochs=5)
-    resume = next(r for r in second if r.name == "resume")
-    assert resume.info == {"initial_epoch": 3, "restored_epoch": 2}
+    again = _tiny_fit(tmp_path / "backup", 5, second.append)
+    assert _events(second, "resume") == [
+        {"initial_epoch": 3, "restored_epoch": 2, "restored_batch": -1}
+    ]
     assert again.initial_epoch == 3 and again.restored_epoch == 2
     epochs = [r for r in second if r.kind == "epoch"]
     assert [r.epoch for r in epochs] == [3, 4], "it ran the epochs after the backup, no more"
     assert epochs[0].step == 4 * 4, "steps go on from 3 epochs of 4 steps"
     assert not (tmp_path / "backup" / "chief").exists(), "a finished fit deletes its backup"
+    assert faults.last_backup(tmp_path / "backup") is None
 
 
 @pytest.mark.slow
-def test_resume_reporter_without_backup_and_restore_first_is_a_clear_error(tmp_path):
-    import numpy as np
+def test_resume_reporter_sees_backups_every_n_steps_and_the_batch_resumed_after(tmp_path):
+    first: list = []
+    with pytest.raises(_Interrupt):
+        _tiny_fit(tmp_path / "backup", 3, first.append, stop_at=(1, 3), save_freq=3)
+    # BackupAndRestore counts batches across epochs: after batches 3 and 6 of 4 an epoch
+    assert [(e["epoch"], e["batch"]) for e in _events(first, "backup")] == [(0, 2), (1, 1)]
+    saved = faults.last_backup(tmp_path / "backup")
+    assert (saved.epoch, saved.batch) == (1, 1)
 
-    from ddlkit import backend
+    second: list = []
+    _tiny_fit(tmp_path / "backup", 3, second.append, save_freq=3)
+    assert _events(second, "resume") == [
+        {"initial_epoch": 1, "restored_epoch": 1, "restored_batch": 1}
+    ], "the same epoch, from the batch after the backup"
 
-    keras = backend.keras()
-    reporter = faults.ResumeReporter(batch_size=8, run_dir=tmp_path)
-    model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(2)])
-    model.compile("sgd", "mse")
-    with pytest.raises(ConfigError, match=r"\*before\* the ResumeReporter"):
-        model.fit(np.zeros((8, 4)), np.zeros((8, 2)), epochs=1, verbose=0, callbacks=[reporter])
+
+@pytest.mark.slow
+def test_resume_reporter_out_of_order_or_without_its_callback_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="BackupAndRestore callback it reports on"):
+        faults.ResumeReporter(batch_size=8, run_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"\*after\* its BackupAndRestore"):
+        _tiny_fit(tmp_path / "backup", 2, [].append, order=-1)
 
 
 def test_importing_faults_loads_no_tensorflow():

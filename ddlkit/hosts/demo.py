@@ -60,6 +60,7 @@ class DemoCluster:
     _stack: ExitStack = field(default_factory=ExitStack, compare=False)
     kind: str = "netns"
     _user: UserHosts | None = field(default=None, compare=False)
+    _port_blocks: dict[int, int] = field(default_factory=dict, compare=False)  # slots -> base
 
     def close(self) -> None:
         """Stop everything on the hosts, their sshd, and delete them (idempotent)."""
@@ -92,9 +93,12 @@ class DemoCluster:
     def launch_kwargs(self, slots: int = 1) -> dict[str, Any]:
         """Keyword arguments for ``dk.launch.start`` that run the job on these hosts.
 
-        User-mode hosts share one network stack (with everyone on this machine), so their
-        TF servers need ports distinct across hosts (``distinct_ports``) from a block free
-        now (``base_port``), as tasks on one machine do.
+        ``base_port``: the first TF server port (each host's tasks use ``base_port``,
+        ``base_port + 1``, ...). Namespaced hosts use the launcher's default. User-mode hosts
+        share one network stack (with everyone on this machine), so their TF servers need
+        ports distinct across hosts (``distinct_ports``) from a block found free when first
+        asked for; every later call with the same ``slots`` returns the same block, so the
+        ports a preflight checks are the ones the run uses.
         """
         kwargs = {
             "hosts": self.host_list(slots),
@@ -103,9 +107,13 @@ class DemoCluster:
             "network_interface": self.network_interface,
         }
         if self.kind != "user":
-            return kwargs
-        base = userhosts.free_port_block(slots * len(self.hosts) + 1)  # + a PS chief
-        return kwargs | {"distinct_ports": True, "base_port": base}
+            from ddlkit.launch.plan import BASE_PORT  # here: hosts do not import launch
+
+            return kwargs | {"base_port": BASE_PORT}
+        if slots not in self._port_blocks:
+            block = slots * len(self.hosts) + 1  # + a parameter-server job's chief
+            self._port_blocks[slots] = userhosts.free_port_block(block)
+        return kwargs | {"distinct_ports": True, "base_port": self._port_blocks[slots]}
 
     def cut_link(self, index: int) -> None:
         """Make host ``index`` stop answering, as a pulled cable would.

@@ -3,13 +3,16 @@
 For each host: reachable over SSH within a bounded time, the remote Python's version,
 TensorFlow's and Horovod's versions (read from package metadata, nothing imported), which
 of the asked-for ports are free, and whether the asked-for files (the training script) are
-there at the same path. `check_hosts` returns a `Preflight` table (one
-`HostCheck` row per host; shown as a table in a notebook); a failed row names the host,
-the problem and the fix. `Preflight.raise_for_failures()` turns failures into one `HostError`.
+there at the same path. Then the hosts are compared: a host whose Python (major.minor),
+TensorFlow or Horovod version differs from the first answering host's fails too (one job,
+one set of versions). `check_hosts` returns a `Preflight` table (one `HostCheck` row per
+host; shown as a table in a notebook); a failed row names the host, the problem and the
+fix. `Preflight.raise_for_failures()` turns failures into one `HostError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -22,7 +25,12 @@ from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import ENV_FIX, HostError, SshOptions, check_host, run_on
 
-__all__ = ["HostCheck", "HostError", "Preflight", "check_hosts", "probe_argv"]
+__all__ = ["HostCheck", "HostError", "Preflight", "check_hosts", "compare_versions", "probe_argv"]
+
+VERSION_FIX = (
+    "install the same versions on every host (one pinned requirements file, or the kit's venv "
+    "made the same way there)"
+)
 
 PROBE = """\
 import json, platform, socket, sys
@@ -159,6 +167,42 @@ def check_host_once(
         )
 
 
+def compare_versions(rows: Sequence[HostCheck], horovod: bool = False) -> tuple[HostCheck, ...]:
+    """``rows`` with a problem added to each host whose versions differ from the first's (pure).
+
+    The reference is the first row that answered without a problem. Compared: Python's
+    major.minor, TensorFlow's version, and Horovod's when ``horovod`` (the job needs it).
+    Rows that already have a problem keep it.
+    """
+    rows = tuple(rows)
+    ref = next((r for r in rows if r.ok and r.reachable and r.tensorflow), None)
+    if ref is None:
+        return rows
+
+    def minor(version: str | None) -> str | None:
+        return ".".join(version.split(".")[:2]) if version else version
+
+    out = []
+    for r in rows:
+        if r is ref or not r.ok:
+            out.append(r)
+            continue
+        differ = [
+            f"{name} {mine} where {ref.host} has {theirs}"
+            for name, mine, theirs, same in (
+                ("Python", r.python, ref.python, minor(r.python) == minor(ref.python)),
+                ("TensorFlow", r.tensorflow, ref.tensorflow, r.tensorflow == ref.tensorflow),
+                ("Horovod", r.horovod, ref.horovod, not horovod or r.horovod == ref.horovod),
+            )
+            if not same
+        ]
+        if differ:
+            problem = f"versions differ: {r.host} has {'; '.join(differ)}"
+            r = dataclasses.replace(r, problem=problem, fix=VERSION_FIX)
+        out.append(r)
+    return tuple(out)
+
+
 HEADERS = ("host", "ok", "python", "tensorflow", "horovod", "free ports", "problem", "fix")
 
 
@@ -256,4 +300,4 @@ def check_hosts(
         rows = pool.map(
             lambda h: check_host_once(h, options, python, ports, limit, files, horovod), hosts
         )
-        return Preflight(tuple(rows))
+        return Preflight(compare_versions(tuple(rows), horovod))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import socket
@@ -14,7 +15,7 @@ import pytest
 
 from ddlkit.errors import ConfigError
 from ddlkit.hosts import netns, preflight, sshd
-from ddlkit.hosts.preflight import HostCheck, Preflight, probe_argv
+from ddlkit.hosts.preflight import HostCheck, Preflight, compare_versions, probe_argv
 from ddlkit.hosts.ssh import (
     HostError,
     SshOptions,
@@ -150,6 +151,29 @@ def test_preflight_table_and_error_from_rows():
     with pytest.raises(HostError, match="unreachable <x> .fix: check it.") as info:
         report.raise_for_failures()
     assert info.value.hosts == ("10.0.0.2",)
+
+
+def test_preflight_fails_hosts_whose_versions_differ_from_the_first():
+    row = functools.partial(HostCheck, reachable=True, horovod="0.28.1")
+    first = row("10.0.0.1", python="3.11.7", tensorflow="2.21.0")
+    patch = row("10.0.0.2", python="3.11.9", tensorflow="2.21.0")  # a patch release: fine
+    old_tf = row("10.0.0.3", python="3.11.7", tensorflow="2.20.0")
+    old_py = row("10.0.0.4", python="3.10.12", tensorflow="2.21.0")
+    no_hvd = row("10.0.0.5", python="3.11.7", tensorflow="2.21.0", horovod=None)
+    down = HostCheck("10.0.0.6", False, problem="unreachable", fix="check it")
+    rows = compare_versions((down, first, patch, old_tf, old_py, no_hvd))
+    assert [r.ok for r in rows] == [False, True, True, False, False, True]
+    assert rows[0] is down and rows[1] is first and rows[2] is patch
+    assert rows[3].problem == (
+        "versions differ: 10.0.0.3 has TensorFlow 2.20.0 where 10.0.0.1 has 2.21.0"
+    )
+    assert "Python 3.10.12 where 10.0.0.1 has 3.11.7" in rows[4].problem
+    assert "same versions on every host" in rows[3].fix
+    horovod = compare_versions((first, no_hvd), horovod=True)
+    assert (
+        horovod[1].problem == "versions differ: 10.0.0.5 has Horovod None where 10.0.0.1 has 0.28.1"
+    )
+    assert compare_versions((down,)) == (down,), "nothing to compare against"
 
 
 def test_probe_argv_passes_ports_and_files_as_arguments():

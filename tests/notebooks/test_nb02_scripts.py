@@ -2,9 +2,12 @@
 
 ``workers/mwms_worker.py`` is taken out of the committed notebook and started as two
 processes with hand-written ``TF_CONFIG`` (what the notebook's "by hand" cell tells a
-learner to do). Both must finish and print the same test accuracy; the chief alone must
-leave the SavedModel in TensorFlow Serving's layout, and its ``serving_default`` signature
-(uint8 images in) must reproduce that accuracy exactly.
+learner to do), here in the layout with a ``chief`` task (``{"chief": [a], "worker": [b]}``,
+which some launchers write; the notebook's own runs and its solutions cover the
+workers-only layout). Both must finish and print the same test accuracy; the chief task
+alone, not worker 0, must print the epoch lines and leave the SavedModel in TensorFlow
+Serving's layout, and its ``serving_default`` signature (uint8 images in) must reproduce
+that accuracy exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from ddlkit.cluster.ports import free_ports
 
 NOTEBOOK = NOTEBOOKS / "02_multi_worker_mirrored.ipynb"
 SCRIPT = "workers/mwms_worker.py"
-PRINTED = re.compile(r"^worker (\d+) test accuracy (\d\.\d{4})$", re.MULTILINE)
+PRINTED = re.compile(r"^(chief|worker) (\d+) test accuracy (\d\.\d{4})$", re.MULTILINE)
+EPOCH = re.compile(r"^\d+/\d+ - .* - loss: ", re.MULTILINE)  # Keras' verbose=2 line
+TASKS = [("chief", 0), ("worker", 0)]  # a chief task, and worker 0 as an ordinary worker
 TIMEOUT = 900  # seconds; two TensorFlow processes on a loaded 2-core machine
 
 # Loads the exported model the way a server does (no Keras) and counts right answers.
@@ -79,8 +84,8 @@ def test_script_is_plain_tensorflow_with_an_optional_ddlkit_block():
 
 def _start(script: Path, index: int, ports: list[int], args: list[str], tmp_path: Path):
     tf_config = {
-        "cluster": {"worker": [f"localhost:{port}" for port in ports]},
-        "task": {"type": "worker", "index": index},
+        "cluster": {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]},
+        "task": {"type": TASKS[index][0], "index": TASKS[index][1]},
     }
     env = no_ddlkit_env(tmp_path, TF_CONFIG=json.dumps(tf_config))
     log = (tmp_path / f"worker-{index}.log").open("w")
@@ -118,16 +123,19 @@ def test_two_workers_by_hand_and_the_served_model(tmp_path):
     assert not any("ddlkit.metrics" in log for log in logs), "ddlkit was importable"
     printed = [PRINTED.findall(log) for log in logs]
     assert printed[0] and printed[1], "\n\n".join(log[-2000:] for log in logs)
-    (w0, acc0), (w1, acc1) = printed[0][-1], printed[1][-1]
-    assert (w0, w1) == ("0", "1")
+    (t0, i0, acc0), (t1, i1, acc1) = printed[0][-1], printed[1][-1]
+    assert [(t0, int(i0)), (t1, int(i1))] == TASKS
     assert acc0 == acc1, "model.evaluate under MWMS all-reduces: both workers print one number"
     assert float(acc0) > 0.5, f"20 steps of Adam reach well above chance, got {acc0}"
+    assert EPOCH.findall(logs[0]) and not EPOCH.findall(logs[1]), "the chief task prints alone"
 
-    # Chief-only files: the export in <model>/<version>/, no worker's temp dir left over.
+    # Chief-only files: the export in <model>/<version>/, no worker's temp dir left over
+    # (worker 0 is not the chief when the cluster has a chief task).
     export = out / "mnist" / "1"
     assert (export / "saved_model.pb").is_file()
-    assert not list(out.glob("workertemp_*")), sorted(p.name for p in out.iterdir())
-    assert (out / "logs" / "train").is_dir()
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert all(f.startswith(("logs/train/", "mnist/1/")) for f in files), files
+    assert not list(out.rglob("workertemp_*")), "a non-chief's temporary directory is left"
 
     check = subprocess.run(
         [sys.executable, "-c", SERVE_CHECK, str(export), str(data)],
