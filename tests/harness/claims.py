@@ -1,6 +1,7 @@
 """The course's prose against its recordings: every measured-looking number is accounted for.
 
-A *place* is a notebook (by its stem) or ``README``; its prose is the notebook's markdown
+A *place* is a notebook (by its stem; ``solutions/<stem>`` for a worked solution) or
+``README``; its prose is the notebook's markdown
 cells (or the README), without code (fenced blocks and inline code spans). The claims of a
 place are ``notebooks/data/claims/<place>.toml``::
 
@@ -82,9 +83,10 @@ class Unrecorded:
 
 
 def places() -> list[str]:
-    """Every notebook stem (solutions included) and README."""
+    """Every notebook by its stem (``solutions/<stem>`` for a worked solution) and README."""
     stems = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
-    return [*stems, "README"]
+    solutions = sorted(f"solutions/{p.stem}" for p in (NOTEBOOKS / "solutions").glob("*.ipynb"))
+    return [*stems, *solutions, "README"]
 
 
 def load(place: str) -> tuple[list[Claim], list[Unrecorded]]:
