@@ -1,10 +1,12 @@
 """Train a CNN with Horovod and tf-keras: one process per rank, started by horovodrun.
 
-Lines that exist only for distribution carry a ``[dist]`` comment; everything else
-is launch/train_single.py, plus a few numbers in the report that the tests check
-(final loss and learning rate, a checksum of the weights). On a host with GPUs each
-rank sees only its own, ``gpus[hvd.local_rank()]`` with memory growth: ``dkh.init()``
-pins it (ddlkit.horovod.gpus), as Horovod's recipe does by hand.
+Lines that exist only for distribution carry a ``[dist]`` comment, and options that only
+change its speed ``[speed]``; the rest trains as launch/train_single.py does, plus a few
+numbers in the report that the tests check (final loss and learning rate, a checksum of
+the weights). Notebook 05 writes the same recipe out with plain Horovod calls
+(``workers/hvd_worker.py``); this script uses the kit's data and model helpers. On a
+host with GPUs each rank sees only its own, ``gpus[hvd.local_rank()]`` with memory growth:
+``dkh.init()`` pins it (ddlkit.horovod.gpus), as Horovod's recipe does by hand.
 
 Launch:
     ddlkit launch --strategy horovod -n 2 launch/train_horovod.py -- --epochs 1
@@ -16,7 +18,8 @@ default) instead of all of them in one grouped all-reduce after it (``--groups 1
 ``--backward-passes K`` adds up K local batches' gradients and all-reduces (and updates)
 once per K batches;
 ``--warmup-epochs N`` ramps the learning rate up from ``lr`` to ``lr x ranks`` over
-N epochs (Goyal et al.); ``--no-average`` leaves epoch metrics per rank.
+N epochs (Goyal et al.; ``dkh.LearningRateWarmupCallback``, which also runs on Keras 3);
+``--no-average`` leaves epoch metrics per rank.
 """
 
 from __future__ import annotations
@@ -68,16 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     compression = hvd_keras.Compression.fp16 if args.fp16 else hvd_keras.Compression.none  # [dist]
     optimizer = hvd_keras.DistributedOptimizer(  # [dist]
         optimizer,
-        compression=compression,  # [dist] --fp16: float16 on the wire
-        backward_passes_per_step=args.backward_passes,  # [dist] batches summed per allreduce
-        # [dist] groups=1: every gradient in one all-reduce once the backward pass is done.
+        compression=compression,  # [dist] [speed] --fp16: float16 on the wire
+        backward_passes_per_step=args.backward_passes,  # [dist] [speed] batches per update
+        # groups=1: every gradient in one all-reduce once the backward pass is done.
         # Horovod's default (None) sends each as soon as it is ready, to overlap the backward
         # pass; with one core per rank that overlap only time-slices the core, and each
-        # early all-reduce waits for a core busy with compute. Grouped: 0.72 of the
-        # independent-x2 ceiling against 0.68 (MNIST CNN), 0.90 against 0.86 (small ResNet),
-        # `ddlkit bench`'s cases on this 2-core machine. With spare cores or GPUs, measure
-        # --groups 0.
-        groups=args.groups or None,  # [dist]
+        # early all-reduce waits for a core busy with compute. Notebook 08, section 10,
+        # measures both; with spare cores or GPUs, measure --groups 0.
+        groups=args.groups or None,  # [dist] [speed]
     )  # [dist]
     # --steps-per-execution: steps per call into TensorFlow, see _common.STEPS_PER_EXECUTION
     models.compile_classifier(

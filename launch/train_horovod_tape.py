@@ -1,8 +1,11 @@
 """Train a CNN with Horovod in a custom loop (DistributedGradientTape), Keras 3 or tf-keras.
 
-Horovod 0.28.1's tape and broadcast fail on Keras 3 variables; ddlkit.horovod's
-wrappers hand Horovod the tf.Variables inside them, so the same loop runs on both
-Keras versions. Lines that exist only for distribution carry a ``[dist]`` comment.
+Horovod 0.28.1's tape and broadcast fail on Keras 3 variables ("'Variable' object has no
+attribute 'ref'", horovod/horovod#4290); ddlkit.horovod's wrappers hand Horovod the
+tf.Variables inside them, so the same loop runs on both Keras versions. Notebook 05 writes
+the tf-keras loop with Horovod's own calls (``workers/hvd_tape.py``). Lines that exist
+only for distribution carry a ``[dist]`` comment, options that only change its speed
+``[speed]``.
 On a host with GPUs ``dkh.init()`` pins each rank to ``gpus[hvd.local_rank()]``.
 
 Launch (DDLKIT_KERAS=3 for Keras 3; the default is tf-keras):
@@ -27,7 +30,6 @@ import ddlkit.horovod as dkh  # [dist]
 from ddlkit import backend, metrics, models
 from ddlkit import data as dk_data
 from ddlkit.data import pipeline
-from ddlkit.horovod.callbacks import horovod_average  # [dist]
 
 
 def _flags(parser) -> None:
@@ -54,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     model = models.for_dataset(args.dataset, seed=seed)
     optimizer = keras.optimizers.Adam(args.lr * ranks)  # [dist] lr scales with batch
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none  # [dist]
-    model(next(iter(train))[0][:1])  # build the weights
-    optimizer.build(model.trainable_variables)
+    compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none  # [dist] [speed]
+    model(next(iter(train))[0][:1])  # [dist] build the weights, so that there is a start to
+    optimizer.build(model.trainable_variables)  # [dist] broadcast (the optimizer's too)
     initial = checksum(model.trainable_variables)
     dkh.broadcast_variables(model.variables + list(optimizer.variables), root_rank=0)  # [dist]
 
@@ -92,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
                 batch_size=args.batch_size,
             )
         mean = [sum(losses) / len(losses), sum(accuracies) / len(accuracies)]
-        mean = horovod_average(mean)  # [dist] epoch metrics: mean over ranks
+        mean = tf.constant(mean, tf.float64)
+        mean = hvd.allreduce(mean, op=hvd.Average, name="epoch_metrics")  # [dist] over ranks
+        mean = [float(v) for v in mean.numpy()]
         reporter.epoch(epoch=epoch, step=step, loss=mean[0], accuracy=mean[1])
     seconds = time.perf_counter() - start
     reporter.event("train_end", steps=step)

@@ -11,11 +11,12 @@
 #   3. Otherwise download the sdist (sha256-pinned), remove the one CMake line that
 #      compiles xla_mpi_ops.cc (it includes XLA headers TF >= 2.16 no longer ships),
 #      make horovodrun's "was Gloo/MPI built?" check ask the library instead of
-#      importing TensorFlow (3.7 s -> 0.5 s a launch) and Horovod's Keras take its backend
-#      from tf.keras instead of importing Keras 3, and trace its gradient all-reduce
-#      without AutoGraph (a 2-rank launch: a quarter less CPU) (scripts/patch_horovod.py),
-#      build a wheel with Gloo and TensorFlow only (about 2-5 min on 2 cores), cache
-#      it, install it.
+#      importing TensorFlow (seconds less per launch), Horovod's Keras take its backend
+#      from tf.keras instead of importing Keras 3 (which also lets its MetricAverageCallback
+#      and LearningRateWarmupCallback run on tf-keras), and trace its gradient all-reduce
+#      without AutoGraph (less CPU per rank) (scripts/patch_horovod.py; its docstring has
+#      the measurements), build a wheel with Gloo and TensorFlow (and MPI with --mpi, the
+#      Makefile's default), cache it, install it.
 # The cache key is Horovod version + TensorFlow version + Python tag + machine + a digest
 # of the code scripts/patch_horovod.py inserts, so a new TensorFlow, Python or patch builds
 # again. Cache: $DDLKIT_HOME/wheels (default ~/.cache/ddlkit/wheels); the build log is

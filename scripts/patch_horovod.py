@@ -29,8 +29,8 @@ tf-keras (``TF_USE_LEGACY_KERAS=1``, what Horovod's Keras needs and the kit uses
 rank imported all of Keras 3: on a quiet 2-core machine a Horovod worker's imports took
 3.22-3.45 s without it and 4.29-4.48 s with it (3 alternating pairs). And Horovod's
 ``MetricAverageCallback`` and ``LearningRateWarmupCallback`` failed on Keras 3's backend,
-which lacks the functions they call (with this edit the first works on tf-keras; the second
-still fails with SGD, see ddlkit/horovod/callbacks.py). The edit takes ``keras.backend``
+which lacks the functions they call (with this edit both work on tf-keras; the second, with
+tf-keras' SGD, only with ``momentum_correction=False``, see ddlkit/horovod/callbacks.py). The edit takes ``keras.backend``
 from the ``from tensorflow import keras`` both files already have: tf-keras's backend under
 tf-keras, Keras 3's otherwise, as before.
 

@@ -9,7 +9,8 @@ Importing this package is cheap: Horovod and TensorFlow load on first use.
 - :func:`gpu_for_rank`, :func:`pin_gpu`: that GPU choice (pure) and the TensorFlow calls
   (:mod:`ddlkit.horovod.gpus`).
 - :func:`MetricAverageCallback`, :func:`LearningRateWarmupCallback`: on tf-keras and
-  Keras 3 (Horovod's own fail on tf-keras 2.21).
+  Keras 3 (Horovod's own fail on Keras 3 and on a stock 0.28.1 build; on the kit's build
+  they work on tf-keras, the warm-up with SGD given ``momentum_correction=False``).
 - :class:`DistributedGradientTape`, :func:`broadcast_variables`, :func:`tf_variables`:
   Horovod's custom-loop API on Keras 3 variables.
 - :func:`allreduce_timing`: allreduce time against tensor size, measured in real ranks.

@@ -5,11 +5,12 @@ package, which is Keras 3 on TensorFlow 2.21 and has none of them:
 ``hvd.callbacks.MetricAverageCallback`` fails with "module 'keras.backend' has no
 attribute 'constant'" and ``LearningRateWarmupCallback`` with "... no attribute
 'get_value'". The kit's Horovod build takes the backend from ``tf.keras`` instead
-(scripts/patch_horovod.py): on tf-keras Horovod's ``MetricAverageCallback`` then works and
-its ``LearningRateWarmupCallback`` runs with Adam but fails with SGD ("'float' object has
-no attribute 'dtype'": it sets SGD's momentum, a plain float in tf-keras 2.21); on Keras 3
-both fail. (``BroadcastGlobalVariablesCallback`` and ``DistributedOptimizer``
-work.) These work on tf-keras and Keras 3 alike:
+(scripts/patch_horovod.py): on tf-keras both of Horovod's callbacks then work (notebook 05's
+script uses them). Horovod's warm-up with tf-keras' SGD needs ``momentum_correction=False``:
+its default correction sets ``optimizer.momentum`` with ``backend.set_value``, and tf-keras
+2.21's SGD keeps its momentum as a Python float ("'float' object has no attribute
+'dtype'"). On Keras 3 both fail. (``BroadcastGlobalVariablesCallback`` and
+``DistributedOptimizer`` work.) These work on tf-keras and Keras 3 alike:
 
 - :func:`MetricAverageCallback` averages the epoch's metrics over ranks with one
   ``horovod.tensorflow.allreduce``, in place, so every rank (and every callback after
@@ -17,7 +18,13 @@ work.) These work on tf-keras and Keras 3 alike:
   mean. Put it before them. Every rank must log the same metric names (they do when
   every rank runs the same ``fit``).
 - :func:`LearningRateWarmupCallback` ramps the learning rate from ``lr / size`` up to
-  ``lr`` over the first epochs (Goyal et al. 2017), as Horovod's did::
+  ``lr`` over the first epochs (Goyal et al. 2017), as Horovod's does, with Horovod's
+  momentum correction (Goyal et al., section 2.1): for each warm-up batch the momentum is
+  scaled by the new rate over the old, then restored. That needs a momentum the optimizer
+  reads at every step: a variable (tf-keras' ``SGD(lr, momentum=tf.Variable(0.9))``) or a
+  legacy optimizer's hyperparameter. A momentum kept as a Python float (tf-keras' and
+  Keras 3's SGD by default) is read once, when the training step is traced, so the
+  callback refuses it unless ``momentum_correction=False``::
 
     callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                ddlkit.horovod.LearningRateWarmupCallback(lr * size, warmup_epochs=1,
@@ -113,7 +120,13 @@ class _WarmupMixin:
     """Sets the optimizer's learning rate before every batch of the warm-up epochs."""
 
     def __init__(
-        self, target_lr: float, *, warmup_epochs: float, steps_per_epoch: int, size: int
+        self,
+        target_lr: float,
+        *,
+        warmup_epochs: float,
+        steps_per_epoch: int,
+        size: int,
+        momentum_correction: bool = True,
     ) -> None:
         super().__init__()
         if not (isinstance(steps_per_epoch, int) and steps_per_epoch >= 1):
@@ -131,8 +144,23 @@ class _WarmupMixin:
         self.warmup_epochs = float(warmup_epochs)
         self.steps_per_epoch = steps_per_epoch
         self.size = size
+        self.momentum_correction = bool(momentum_correction)
         self.epoch = 0
         self.history: list[float] = []  # the rate of every warm-up batch, for plots and tests
+        self._restore_momentum: float | None = None
+
+    def on_train_begin(self, logs=None) -> None:
+        optimizer = self.model.optimizer
+        if not self.momentum_correction or self.warmup_epochs <= 0:
+            return
+        if _momentum_kind(optimizer) == "fixed":
+            raise ConfigError(
+                f"{type(optimizer).__name__}'s momentum {optimizer.momentum!r} is a Python "
+                f"number, which the optimizer reads once, when its training step is traced: "
+                f"the warm-up's momentum correction cannot change it. Fix: pass "
+                f"momentum_correction=False, or give the optimizer a momentum variable "
+                f"(tf-keras: SGD(lr, momentum=tf.Variable(0.9)))."
+            )
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         self.epoch = int(epoch)
@@ -141,15 +169,46 @@ class _WarmupMixin:
         epoch = self.epoch + batch / self.steps_per_epoch
         if epoch >= self.warmup_epochs:
             return
+        optimizer = self.model.optimizer
+        old = float(_value(optimizer.learning_rate))
         lr = warmup_lr(epoch, self.target_lr, self.size, self.warmup_epochs)
-        self.model.optimizer.learning_rate = lr
+        optimizer.learning_rate = lr
         self.history.append(lr)
+        if self.momentum_correction and old > 0 and _momentum_kind(optimizer) == "settable":
+            # Goyal et al. 2017, section 2.1, as Horovod does: this batch's momentum scaled
+            # by the new rate over the old, restored after the batch
+            self._restore_momentum = float(_value(optimizer.momentum))
+            _set_momentum(optimizer, self._restore_momentum * lr / old)
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        if self._restore_momentum is not None:
+            _set_momentum(self.model.optimizer, self._restore_momentum)
+            self._restore_momentum = None
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         if self.epoch + 1 >= self.warmup_epochs:
             self.model.optimizer.learning_rate = self.target_lr
         if logs is not None:
             logs["lr"] = float(_value(self.model.optimizer.learning_rate))
+
+
+def _momentum_kind(optimizer: Any) -> str:
+    """``"none"`` (no momentum, or 0), ``"settable"`` (a variable, or a legacy optimizer's
+    hyperparameter, read at every step) or ``"fixed"`` (a Python number, read when traced)."""
+    momentum = getattr(optimizer, "momentum", None)
+    if momentum is None:
+        return "none"
+    if hasattr(momentum, "assign") or hasattr(optimizer, "_set_hyper"):
+        return "settable"
+    return "fixed" if float(momentum) != 0.0 else "none"
+
+
+def _set_momentum(optimizer: Any, value: float) -> None:
+    momentum = optimizer.momentum
+    if hasattr(momentum, "assign"):
+        momentum.assign(value)
+    else:  # a legacy optimizer: its setter assigns the hyperparameter's variable
+        optimizer.momentum = value
 
 
 def _value(variable: Any) -> Any:
@@ -180,13 +239,24 @@ def MetricAverageCallback(allreduce: AllreduceFn | None = None):  # noqa: N802 (
 
 
 def LearningRateWarmupCallback(  # noqa: N802 (a class to users)
-    target_lr: float, *, warmup_epochs: float = 1.0, steps_per_epoch: int, size: int
+    target_lr: float,
+    *,
+    warmup_epochs: float = 1.0,
+    steps_per_epoch: int,
+    size: int,
+    momentum_correction: bool = True,
 ):
     """A Keras callback warming the learning rate up to ``target_lr`` (see :func:`warmup_lr`).
 
     ``target_lr``: the rate scaled for all ranks (``lr * hvd.size()``); ``size``: ranks.
-    At the end of each epoch it logs ``lr``.
+    ``momentum_correction``: scale the momentum with each warm-up batch's change of rate,
+    as Horovod's callback does by default (see the module docstring for which optimizers
+    allow it). At the end of each epoch it logs ``lr``.
     """
     return _callback_class(_WarmupMixin, "LearningRateWarmupCallback")(
-        target_lr, warmup_epochs=warmup_epochs, steps_per_epoch=steps_per_epoch, size=size
+        target_lr,
+        warmup_epochs=warmup_epochs,
+        steps_per_epoch=steps_per_epoch,
+        size=size,
+        momentum_correction=momentum_correction,
     )

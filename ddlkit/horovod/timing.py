@@ -4,14 +4,17 @@
 
     timing = ddlkit.horovod.allreduce_timing([2**k for k in range(10, 23, 2)], np=2)
     timing            # a table: bytes, median seconds, GB/s
-    timing.plot()     # time against size, log-log, with the fitted ring model
+    timing.plot()     # time against size, log-log, with the fitted a + n/B
 
-Ring-allreduce of ``n`` bytes over ``p`` ranks sends ``2 (p-1)/p * n`` bytes per rank
-in ``2 (p-1)`` steps, so its time is about ``a + n / B``: a fixed latency ``a``
-(the ``2 (p-1)`` message start-ups) plus the bytes over an effective bandwidth
-``B``. :meth:`AllreduceTiming.fit` estimates both from the measurements. Small
-tensors are all latency, large ones all bandwidth; that is why Horovod fuses
-small gradients into one buffer (``HOROVOD_FUSION_THRESHOLD``).
+An allreduce of ``n`` bytes over ``p`` ranks takes about ``a + n / B``: a fixed latency
+``a`` (the message start-ups) plus the bytes over an effective bandwidth ``B``. Horovod
+hands the allreduce to a library: Gloo runs a ring, which sends ``2 (p-1)/p * n`` bytes
+per rank in ``2 (p-1)`` steps; Open MPI picks its algorithm by size and rank count
+(``coll/tuned``: recursive doubling, ring, segmented ring or Rabenseifner's for 2 ranks),
+and with 2 ranks each of those sends ``n`` bytes per rank. :meth:`AllreduceTiming.fit`
+estimates ``a`` and ``B`` from the measurements. Small tensors are all latency, large ones
+all bandwidth; that is why Horovod fuses small gradients into one buffer
+(``HOROVOD_FUSION_THRESHOLD``).
 
 :func:`measure` runs inside each rank; :func:`allreduce_timing` starts ``np``
 ranks through ``horovod.run`` and collects rank 0's numbers. It uses the transport the
@@ -114,7 +117,7 @@ class AllreduceTiming:
         return "cores " + " | ".join(",".join(map(str, c)) for c in self.rank_cpus)
 
     def plot(self, ax=None):
-        """Time against tensor size (log-log), measured points and the fitted line."""
+        """Time against tensor size (log-log), measured points and the fitted ``a + n/B``."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -245,8 +248,8 @@ def allreduce_timing(
     chooses), ``"gloo"`` or ``"mpi"``. ``pin``: each rank on its own cores, as the horovod
     strategy runs them, when there are at least ``np`` (the result's ``rank_cpus`` says
     where they ran). Unpinned ranks float between the cores with TensorFlow's and the
-    transport's threads: on 2 cores their small all-reduces took 0.08 or 0.3-0.4 ms from one
-    start to the next, pinned 0.08 every time (issue 14).
+    transport's threads, so on a machine with few cores their small all-reduces can take
+    several times longer in one start than in the next; pinned, they take the same.
     """
     sizes = _check_sizes(sizes, repeats)
     if transport not in ("auto", "gloo", "mpi"):

@@ -243,6 +243,65 @@ def test_warmup_callback_sets_the_rate_of_a_real_fit():
         dkh.LearningRateWarmupCallback(0.02, steps_per_epoch=0, size=2)
 
 
+def _fit_with(optimizer, *callbacks) -> None:
+    """Four batches of a tiny model through ``callbacks`` (tf-keras, or Keras 3)."""
+    import numpy as np
+
+    from ddlkit import backend
+
+    keras = backend.keras()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer, "mse")
+    x, y = np.zeros((16, 4), np.float32), np.zeros((16, 2), np.float32)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, callbacks=list(callbacks))
+
+
+# the rates of a one-epoch warm-up to 0.02 over 2 ranks, 4 batches; the optimizer starts at 0.02
+_RATES = [0.01, 0.0125, 0.015, 0.0175]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["momentum-variable", "legacy-sgd"])
+def test_warmup_corrects_the_momentum_of_each_warmup_batch_and_restores_it(legacy):
+    import tensorflow as tf
+
+    from ddlkit import backend
+
+    keras = backend.keras()
+    if legacy:
+        optimizer = keras.optimizers.legacy.SGD(0.02, momentum=0.9)
+    else:
+        optimizer = keras.optimizers.SGD(0.02, momentum=tf.Variable(0.9))
+    seen = []
+    probe = keras.callbacks.LambdaCallback(  # runs after the warm-up's batch begin
+        on_train_batch_begin=lambda batch, logs: seen.append(float(tf.identity(optimizer.momentum)))
+    )
+    warmup = dkh.LearningRateWarmupCallback(0.02, warmup_epochs=1, steps_per_epoch=4, size=2)
+    _fit_with(optimizer, warmup, probe)
+    assert warmup.history == pytest.approx(_RATES)
+    old = [0.02, *_RATES[:-1]]
+    assert seen == pytest.approx(
+        [0.9 * new / was for new, was in zip(_RATES, old, strict=True)], rel=1e-6
+    )
+    assert float(tf.identity(optimizer.momentum)) == pytest.approx(0.9)  # restored
+
+
+def test_warmup_refuses_a_momentum_it_cannot_correct_and_says_how_to_go_on():
+    from ddlkit import backend
+
+    keras = backend.keras()
+    warmup = dkh.LearningRateWarmupCallback(0.02, warmup_epochs=1, steps_per_epoch=4, size=2)
+    with pytest.raises(ConfigError, match="momentum_correction=False"):
+        _fit_with(keras.optimizers.SGD(0.02, momentum=0.9), warmup)  # a float: read when traced
+    plain = dkh.LearningRateWarmupCallback(
+        0.02, warmup_epochs=1, steps_per_epoch=4, size=2, momentum_correction=False
+    )
+    _fit_with(keras.optimizers.SGD(0.02, momentum=0.9), plain)
+    assert plain.history == pytest.approx(_RATES)
+    adam = dkh.LearningRateWarmupCallback(0.02, warmup_epochs=1, steps_per_epoch=4, size=2)
+    _fit_with(keras.optimizers.Adam(0.02), adam)  # no momentum: nothing to correct
+    assert adam.history == pytest.approx(_RATES)
+
+
 def test_rank_cpus_gives_each_local_rank_its_own_cores_and_the_env_to_pass():
     from ddlkit.horovod import pinning
 
