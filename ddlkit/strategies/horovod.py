@@ -44,8 +44,8 @@ NOT_FOUND = (
 TRANSPORTS = ("auto", "gloo", "mpi")
 # Open MPI's progress engine polls while a rank waits: Horovod's background thread, waiting
 # in MPI for the other rank, spins on the core the rank's TensorFlow computes on (one core a
-# rank here). mpi_yield_when_idle makes it yield the core instead. MNIST CNN, 2 ranks on 2
-# cores, 200 steps: 0.91 of two independent processes with it, 0.64 without, 0.74 over Gloo.
+# rank here). mpi_yield_when_idle makes it call sched_yield() after each empty poll, so the
+# rank's own threads get the core between polls (notebook 08 measures the difference).
 MPI_ARGS = "--mca mpi_yield_when_idle 1"
 # The launcher sets PYTHONUNBUFFERED=1 for its workers, and horovodrun exports it to the
 # ranks. Unbuffered, print() writes its text and its newline apart, and Open MPI tags each
