@@ -77,7 +77,7 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")  # [speed]
 
 # Steps Keras runs per call into TensorFlow (compile(steps_per_execution=...)). 1 stays the
 # default: with the allocator above the halving is gone, and on this CPU 16 steps per call
-# measured 3,941-3,945 examples/s against 3,967-3,970 for 1 (issue 14): Python's per-step
+# measured 3,941-3,945 examples/s against 3,967-3,970 for 1: Python's per-step
 # dispatch is not what limits this model. Raise it for small models or fast accelerators;
 # the dashboard then gets one record per execution (KerasReporter counts every step).
 STEPS_PER_EXECUTION = 1
