@@ -1,12 +1,16 @@
 """The one place where ddlkit chooses which Keras TensorFlow uses.
 
-On TensorFlow >= 2.16, ``tf.keras`` is Keras 3. Keras 3 fails with
-MultiWorkerMirroredStrategy, does not support ParameterServerStrategy, and
-Horovod's Keras API needs Keras 2. The kit therefore runs on tf-keras (the
-Keras 2 API), chosen by ``TF_USE_LEGACY_KERAS=1``. TensorFlow reads that
-variable once, when it is first imported, so it must be set before then:
-``import ddlkit`` does it for the notebook kernel, and the launcher puts
-:data:`KERAS_ENV` into every worker's environment.
+On TensorFlow >= 2.16, ``tf.keras`` is Keras 3 (TensorFlow 2.16 release notes,
+https://github.com/tensorflow/tensorflow/releases/tag/v2.16.1). Keras 3's ``model.fit`` fails
+under MultiWorkerMirroredStrategy (https://github.com/keras-team/keras/issues/20585, confirmed
+there by Keras' author; https://github.com/tensorflow/tensorflow/issues/72388), Keras 3 does
+not support ParameterServerStrategy (https://github.com/keras-team/keras/issues/18624), and
+Horovod's Keras API needs Keras 2. MirroredStrategy works with both. The kit therefore runs on
+tf-keras (the Keras 2 API), chosen by ``TF_USE_LEGACY_KERAS=1``. TensorFlow reads that
+variable when it is imported (to pick the module ``tf.keras`` loads) and again at the first
+use of ``tf.keras`` (``tensorflow/__init__.py``, ``python/util/lazy_loader.py``), so it must
+be set before the import: ``import ddlkit`` does it for the notebook kernel, and the launcher
+puts :func:`keras_env` into every worker's environment.
 
 Set ``DDLKIT_KERAS=3`` before importing ddlkit to run on Keras 3 instead.
 """

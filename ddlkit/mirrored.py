@@ -275,15 +275,21 @@ def train_and_measure(
     epochs: int,
     steps_per_epoch: int | None,
     base_lr: float,
+    learning_rate: float | None = None,
     seed: int = 0,
     notes: str = "",
 ):
     """Train the data set's tutorial CNN under ``strategy`` with a live plot; its Result.
 
-    The global batch is ``per_replica_batch x replicas`` and the learning rate
-    ``base_lr x replicas`` (the linear scaling rule). Throughput is the steady-state
-    examples/s of the step records (:func:`ddlkit.results.throughput`); test accuracy
-    is measured on the whole test set.
+    What notebook 01's sections 6 and 9-11 write out, in one call: the global batch is
+    ``per_replica_batch x replicas``; the input is a ``dataset_fn(input_context)`` that
+    shards by input pipeline and batches by ``input_context.get_per_replica_batch_size``,
+    given to ``strategy.distribute_datasets_from_function`` without options (one input
+    pipeline per process, as the notebook's); the model and ``Adam(learning_rate)`` are
+    built in ``strategy.scope()``, with ``learning_rate = base_lr x replicas`` (the linear
+    scaling rule) unless ``learning_rate`` is given. Throughput is the steady-state
+    examples/s of the step records (:func:`ddlkit.results.throughput`); test accuracy is
+    measured on the whole test set.
     """
     from ddlkit import data, models, results
     from ddlkit.data import pipeline
@@ -291,16 +297,33 @@ def train_and_measure(
 
     replicas = strategy.num_replicas_in_sync
     global_batch = pipeline.global_batch_size(per_replica_batch, replicas)
+    if learning_rate is None:
+        learning_rate = base_lr * replicas
+    elif not (isinstance(learning_rate, int | float) and learning_rate > 0):
+        raise ConfigError(
+            f"learning_rate={learning_rate!r} must be a positive number. Fix: pass e.g. "
+            f"base_lr * replicas ** 0.5, or leave it out for base_lr * replicas."
+        )
     loaded = data.load(dataset)
     (x_train, y_train), (x_test, y_test) = loaded
-    train = pipeline.for_strategy(
-        strategy, x_train, y_train, per_replica_batch=per_replica_batch, repeat=True
-    )
+
+    def dataset_fn(input_context):
+        return pipeline.make_dataset(
+            x_train,
+            y_train,
+            batch_size=input_context.get_per_replica_batch_size(global_batch),
+            num_shards=input_context.num_input_pipelines,
+            shard_index=input_context.input_pipeline_id,
+            seed=seed,
+            repeat=True,
+        )
+
+    train = strategy.distribute_datasets_from_function(dataset_fn)
     test = pipeline.make_dataset(x_test, y_test, batch_size=512, shuffle=False)
     steps = steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
     with strategy.scope():
         model = models.for_dataset(dataset, seed=seed)
-        models.compile_classifier(model, base_lr * replicas)
+        models.compile_classifier(model, learning_rate)
     title = f"{name}: {loaded.info.display_name}, {replicas} replica(s)"
     live = live_plot(title, batch_size=global_batch)
     model.fit(train, epochs=epochs, steps_per_epoch=steps, callbacks=[live], verbose=0)
@@ -319,5 +342,5 @@ def train_and_measure(
         test_accuracy=test_accuracy,
         train_seconds=records[-1].wall_time - records[0].wall_time,
         synthetic_data=loaded.info.synthetic,
-        notes=notes,
+        notes=", ".join(n for n in (notes, f"learning rate {learning_rate:g}") if n),
     )

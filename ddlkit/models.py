@@ -8,7 +8,12 @@ apply ``tf.nn.softmax`` to the output.
 Models are returned uncompiled, so a distributed script can build them inside
 ``strategy.scope()`` and wrap the optimizer (Horovod) before compiling. Pass
 ``seed=`` for the same initial weights in every process, e.g. to compare
-replicas; ``seed=None`` draws fresh weights.
+replicas; ``seed=None`` draws fresh weights. A seed is given to each layer's
+kernel initializer, a different one per layer (:class:`_Initializers`), and
+TensorFlow's global seed plays no part: the tutorial CNNs get Keras' default
+initializers (Glorot-uniform kernels, zero biases), but not the same numbers as
+the same layers built after ``tf.keras.utils.set_random_seed(seed)`` with
+unseeded initializers (same distribution, different draws; notebook 00 checks both).
 
 All layers are plain Keras layers built with :func:`ddlkit.backend.keras`, so
 the models build under tf-keras (the default) and under Keras 3.
@@ -25,7 +30,8 @@ from ddlkit.errors import ConfigError
 
 
 class _Initializers:
-    """Kernel initializers with a different, reproducible seed for each layer."""
+    """Kernel initializers with a different, reproducible seed for each layer:
+    ``(seed * 1009 + layer_index) % 2**31``, whatever TensorFlow's global seed is."""
 
     def __init__(self, seed: int | None) -> None:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -100,7 +106,7 @@ def mnist_cnn(
 ):
     """The MNIST tutorial CNN: conv 32, pool, conv 64, pool, dense 128, logits.
 
-    About 225k parameters; one epoch with Adam reaches about 98% on MNIST.
+    225,034 parameters (320 + 18,496 + 204,928 + 1,290).
     """
     _check_classes(num_classes)
     shape = _check_shape("input_shape", input_shape, "(28, 28, 1) for MNIST")
@@ -300,7 +306,8 @@ def compile_classifier(
     ``optimizer`` is a name for :func:`make_optimizer` (``learning_rate``
     defaults to 1e-3) or an optimizer object (then give no ``learning_rate``:
     it is set on the object). Metric: ``"accuracy"``. ``steps_per_execution``
-    goes to Keras' ``compile``: that many steps per call into TensorFlow.
+    goes to Keras' ``compile``: that many steps per call into TensorFlow. Under tf-keras it
+    also sets ``model.distribute_reduction_method = "first"`` (see below).
     """
     if type(steps_per_execution) is not int or steps_per_execution < 1:
         raise ConfigError(

@@ -1,8 +1,11 @@
 """Train a CNN with MirroredStrategy: one process, one replica per device.
 
-Lines that exist only for distribution carry a ``[dist]`` comment; everything
-else is launch/train_single.py. The devices are the first N GPUs if there are N,
-else N logical CPU devices (which share the same cores: no speed-up on CPU).
+Lines that exist only for distribution carry a ``[dist]`` comment, lines that only make
+it faster (not needed for correctness) ``[speed]``, and lines that exist only for the
+``ddlkit launch`` command ``[ddlkit]``; everything else is launch/train_single.py. The
+devices are the first N GPUs if there are N, else N logical CPU devices (which share the
+same cores: no speed-up on CPU). launch/_common.py, imported first, sets
+TF_CPU_ALLOCATOR_USE_BFC=true ([speed]) for this script and train_single.py alike.
 
 Launch:
     ddlkit launch --strategy mirrored -n 2 launch/train_mirrored.py -- --epochs 1
@@ -14,7 +17,7 @@ without either the script uses 2 replicas.
 
 from __future__ import annotations
 
-import os  # [dist]
+import os  # [ddlkit] $DDLKIT_REPLICAS
 import time
 
 import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
@@ -24,15 +27,15 @@ import tensorflow as tf  # [dist]
 from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
 from ddlkit import data, metrics, models, replicas  # [dist] replicas
-from ddlkit.contract import REPLICAS_VAR  # [dist]
+from ddlkit.contract import REPLICAS_VAR  # [ddlkit] how `ddlkit launch -n N` passes N
 from ddlkit.data import pipeline
 
 DEFAULT_REPLICAS = 2  # [dist]
 
 
 def _flags(parser) -> None:  # [dist] --replicas, by default $DDLKIT_REPLICAS (ddlkit launch -n N)
-    default = os.environ.get(REPLICAS_VAR, str(DEFAULT_REPLICAS))  # [dist] argparse applies int
-    about = f"devices to mirror on (default: ${REPLICAS_VAR}, else {DEFAULT_REPLICAS})"  # [dist]
+    default = os.environ.get(REPLICAS_VAR, str(DEFAULT_REPLICAS))  # [ddlkit] argparse applies int
+    about = f"devices to mirror on (default: ${REPLICAS_VAR}, else {DEFAULT_REPLICAS})"  # [ddlkit]
     parser.add_argument("--replicas", type=int, default=default, help=about)  # [dist]
     add_eval_flags(parser)
 
@@ -47,16 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     train = pipeline.for_strategy(  # [dist] each replica gets its slice of the global batch
         strategy, x_train, y_train, per_replica_batch=args.batch_size, repeat=True
     )
-    steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)
+    steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), global_batch)  # [dist]
     with strategy.scope():  # [dist] variables are mirrored on every replica
         model = models.build(args.model, args.dataset, seed=args.seed)  # --model
         models.compile_classifier(  # steps_per_execution: see _common.STEPS_PER_EXECUTION
             model,
             args.lr * n,  # [dist] lr scales with the global batch
-            steps_per_execution=args.steps_per_execution,
+            steps_per_execution=args.steps_per_execution,  # [speed]
         )
     reporter = metrics.KerasReporter(batch_size=global_batch)  # [dist] global batch
-    evals = held_out_evals(reporter, args, x_test, y_test, global_batch)  # --eval-every
+    evals = held_out_evals(reporter, args, x_test, y_test, global_batch)  # [dist] global batch
     start = time.perf_counter()
     model.fit(
         train,
@@ -67,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     seconds = time.perf_counter() - start
     accuracy, tested = test_accuracy(model, args, x_test, y_test)  # --test-examples
-    examples = args.epochs * steps * global_batch
+    examples = args.epochs * steps * global_batch  # [dist]
     report(
         {
             "test_accuracy": accuracy,
             "test_examples": tested,
             "train_seconds": seconds,
             "examples_per_sec": examples / seconds,
-            "replicas": n,
+            "replicas": n,  # [dist]
             "dataset": args.dataset,
             "model": args.model,  # --model: cnn or small_resnet
             "epochs": args.epochs,

@@ -1,5 +1,9 @@
 """Train a CNN on one device: the baseline every other script is compared with.
 
+Lines marked ``[speed]`` only make it faster and are not needed for correctness;
+launch/_common.py, imported first, sets TF_CPU_ALLOCATOR_USE_BFC=true, another (its comment
+says why).
+
 Launch:
     python launch/train_single.py --epochs 1
     python launch/train_single.py --steps-per-epoch 200 --eval-every 20  # held-out evals
@@ -25,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
     model = models.build(args.model, args.dataset, seed=args.seed)  # --model
     # --steps-per-execution: steps per call into TensorFlow, see _common.STEPS_PER_EXECUTION
-    models.compile_classifier(model, args.lr, steps_per_execution=args.steps_per_execution)
+    models.compile_classifier(
+        model,
+        args.lr,
+        steps_per_execution=args.steps_per_execution,  # [speed]
+    )
     reporter = metrics.KerasReporter(batch_size=args.batch_size)
     evals = held_out_evals(reporter, args, x_test, y_test, args.batch_size)  # --eval-every
     start = time.perf_counter()

@@ -116,6 +116,10 @@ for name, call in {
     "plain_variable": lambda: mirrored.replica_values(tf.Variable([1.0, 2.0])),
     "uneven_batch": lambda: mirrored.one_step_check(strategy, x, y, global_batch=63),
     "too_few_examples": lambda: mirrored.one_step_check(strategy, x[:10], y[:10]),
+    "bad_learning_rate": lambda: mirrored.train_and_measure(
+        "t", strategy, "mnist", per_replica_batch=8, epochs=1, steps_per_epoch=1, base_lr=1e-3,
+        learning_rate=0,
+    ),
 }.items():
     try:
         call()
@@ -185,11 +189,13 @@ def test_bad_input_gives_one_clear_error_with_the_fix(helpers):
     assert "global_batch=63" in errors["uneven_batch"] and "multiple of 2" in errors["uneven_batch"]
     assert "10 examples are fewer than global_batch=64" in errors["too_few_examples"]
     assert "outside `with strategy.scope():`" in errors["in_scope"]
+    assert "learning_rate=0 must be a positive number" in errors["bad_learning_rate"]
 
 
 MEASURE = """
 result = mirrored.train_and_measure(
-    "t", strategy, "cifar10", per_replica_batch=16, epochs=1, steps_per_epoch=12, base_lr=1e-3
+    "t", strategy, "cifar10", per_replica_batch=16, epochs=1, steps_per_epoch=12, base_lr=1e-3,
+    learning_rate=5e-4, notes="stand-in",
 )
 print(json.dumps({"result": result.__dict__, "label": result.label}))
 """
@@ -208,6 +214,8 @@ def test_train_and_measure_labels_the_cifar_stand_in_and_counts_the_global_batch
     assert result["synthetic_data"] is True and "synthetic stand-in" in got["label"]
     assert result["examples_per_sec"] > 0 and result["train_seconds"] > 0
     assert 0.0 <= result["test_accuracy"] <= 1.0
+    # learning_rate replaces the linear rule's base_lr x 2, and the notes say which was used.
+    assert result["notes"] == "stand-in, learning rate 0.0005"
     # Its metrics were written under DDLKIT_RUNS, one step record per step.
     files = list(tmp_path.glob("*/metrics/*.jsonl"))
     assert len(files) == 1

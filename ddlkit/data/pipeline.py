@@ -1,6 +1,6 @@
 """``tf.data`` input pipelines that stay correct under every strategy the kit teaches.
 
-One concern, kept whole (about 420 lines): building the input pipeline and sharding it.
+One concern, kept whole (about 510 lines): building the input pipeline and sharding it.
 
 One function builds every pipeline, :func:`make_dataset`; the others only
 decide its shard and batch size for a strategy:
@@ -50,8 +50,8 @@ from ddlkit.errors import ConfigError
 
 # tf.data's autotuning model (options.autotune.enabled). Off: in TensorFlow 2.21 the end of
 # every model.fit waited for the model's optimisation thread before returning, 0-15 s on
-# this 2-core machine (issue 14: gdb showed the main thread in the iterator's destructor,
-# joining that thread), and autotuning bought no speed here: the MNIST CNN on one pinned
+# this 2-core machine (gdb showed the main thread in the iterator's destructor, joining
+# that thread), and autotuning bought no speed here: the MNIST CNN on one pinned
 # core ran 1,776-1,984 examples/s without it, 1,839-2,034 with it (3 fits each, 2 process
 # starts). AUTOTUNE in map and prefetch still work: map runs one call per core, prefetch
 # sizes its buffer on its own. Read once, as the default of PipelineConfig.autotune
@@ -318,6 +318,15 @@ def for_strategy(
     with ``repeat=True`` and ``steps_per_epoch=steps_per_epoch(len(x), global
     batch)``: tf-keras needs the step count for a distributed data set, and
     keeps one iterator across epochs, so the data must not run out.
+
+    On a MirroredStrategy of CPU devices each *replica* gets its own input pipeline
+    (:func:`input_options`: ``InputOptions(experimental_replication_mode=PER_REPLICA)``),
+    so the function is called once per replica and each replica reads its own shard.
+    TensorFlow keeps such options for every later input of the strategy
+    (``MirroredExtended._input_workers_with_options`` assigns the strategy's input
+    workers): a later ``distribute_datasets_from_function(fn)`` without options would call
+    ``fn`` once per replica too. :func:`for_strategy` puts the strategy's input workers
+    back after making its data set (which keeps its own), so the strategy is as it was.
     """
     if _is_parameter_server(strategy):
         raise ConfigError(
@@ -344,7 +353,23 @@ def for_strategy(
     options = input_options(strategy)
     if options is None and device_iterators.applies(_device_types(strategy)):
         device_iterators.without_autotune()  # TensorFlow's per-device data sets: see there
-    return strategy.distribute_datasets_from_function(per_worker, options=options)
+    return _distribute_leaving_strategy_as_it_was(strategy, per_worker, options)
+
+
+# The attribute of TensorFlow's MirroredExtended that PER_REPLICA input options overwrite.
+_INPUT_WORKERS = "_input_workers_devices"
+
+
+def _distribute_leaving_strategy_as_it_was(strategy: Any, fn: Callable, options: Any):
+    """``strategy.distribute_datasets_from_function(fn, options=options)``, with the
+    strategy's input workers put back afterwards (see :func:`for_strategy`)."""
+    extended = strategy.extended
+    before = getattr(extended, _INPUT_WORKERS, None)
+    try:
+        return strategy.distribute_datasets_from_function(fn, options=options)
+    finally:
+        if before is not None and getattr(extended, _INPUT_WORKERS, None) is not before:
+            setattr(extended, _INPUT_WORKERS, before)
 
 
 def per_replica_input(device_types: tuple[str, ...], *, offered: bool) -> bool:
@@ -356,8 +381,8 @@ def per_replica_input(device_types: tuple[str, ...], *, offered: bool) -> bool:
     ``MultiDeviceIterator`` copies to each device, is what GPUs need; on CPU devices it
     only adds a thread hop per batch, and its per-device data sets keep tf.data's
     autotuning on: every ``model.fit`` under MirroredStrategy then paused 4-15 s before
-    returning (issue 14). Where the strategy does not offer it (MWMS), :func:`for_strategy`
-    turns that autotuning off instead (:mod:`ddlkit.data.device_iterators`).
+    returning on this 2-core machine. Where the strategy does not offer it (MWMS),
+    :func:`for_strategy` turns that autotuning off instead (:mod:`ddlkit.data.device_iterators`).
 
     >>> per_replica_input(("CPU", "CPU"), offered=True)
     True
@@ -448,7 +473,7 @@ def dataset_fn(
 
     # Autotuning stays on here: a PS worker's iterator lives as long as the worker, so no
     # fit waits for it at its end, and parameter_server-x1 ran 1,497 examples/s with it
-    # against 1,437 without (ddlkit bench --quick, 2 benchmarks of each, issue 14).
+    # against 1,437 without (ddlkit bench --quick, 2 benchmarks of each).
     return _per_input_pipeline(
         x,
         y,

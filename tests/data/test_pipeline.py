@@ -314,6 +314,13 @@ MIRRORED = (
     steps = pl.steps_per_epoch(len(x), pl.global_batch_size(8, strategy.num_replicas_in_sync))
     history = model.fit(train, epochs=2, steps_per_epoch=steps, verbose=0).history
     options = pl.input_options(strategy)
+    # The strategy is left as it was: a data set of its own, without options, gets the
+    # default one input pipeline (TensorFlow would keep PER_REPLICA for it otherwise).
+    pipelines = []
+    def count(ctx):
+        pipelines.append([ctx.num_input_pipelines, ctx.input_pipeline_id])
+        return tf_.data.Dataset.range(8).batch(ctx.get_per_replica_batch_size(4))
+    strategy.distribute_datasets_from_function(count)
     from ddlkit.data import device_iterators
     print(json.dumps({
         "patched": device_iterators.installed(),
@@ -324,6 +331,7 @@ MIRRORED = (
         "shapes": shapes,
         "indices": indices,
         "losses": history["loss"],
+        "pipelines_after": pipelines,
     }))
     """
     )
@@ -340,6 +348,7 @@ def test_for_strategy_under_mirrored_strategy_with_two_cpus():
     assert out["shapes"] == [[[8, 28, 28, 1], [8, 28, 28, 1]]] * 5, "80 / 16 = 5 steps"
     assert sorted(out["indices"]) == list(range(80)), "each example once per epoch"
     assert len(out["losses"]) == 2 and np.isfinite(out["losses"]).all(), "model.fit trains on it"
+    assert out["pipelines_after"] == [[1, 0]], "for_strategy left PER_REPLICA on the strategy"
 
 
 MULTI_WORKER = HELPERS + textwrap.dedent(

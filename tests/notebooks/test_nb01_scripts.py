@@ -1,7 +1,8 @@
 """Notebook 01's own code, run outside the notebook.
 
 - ``workers/mirrored_worker.py``, as its ``%%writefile`` cell writes it, runs by hand where
-  ``import ddlkit`` fails, trains on 2 logical CPU devices and prints its accuracy line.
+  ``import ddlkit`` fails, trains on 2 logical CPU devices and prints its accuracy line; its
+  allocator line is marked ``[speed]``, not ``[dist]``.
 - The hand-written training loop of section 8 (the cells tagged ``loop-check``) gives
   ``model.fit``'s loss at every step within the notebook's tolerance, on 2 logical CPU
   devices; and the same check fails for the two classic scaling mistakes, so it can fail.
@@ -19,7 +20,7 @@ import subprocess
 import sys
 
 import pytest
-from harness.nbscripts import NOTEBOOKS, no_ddlkit_env, write_scripts
+from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
 
 NOTEBOOK = NOTEBOOKS / "01_mirrored_strategy.ipynb"
 WORKER = "workers/mirrored_worker.py"
@@ -47,6 +48,21 @@ def test_mirrored_worker_runs_by_hand_without_ddlkit(data_env, tmp_path):
     assert line, stdout
     # 40 Adam steps on 128 images each take the CNN well past chance (0.1) on the test set.
     assert float(line.group(1)) > 0.8, stdout
+
+
+def test_the_worker_script_marks_speed_settings_apart_from_distribution():
+    """`# [dist]` is for lines that exist only for distribution; the allocator only makes the
+    script faster (`# [speed]`), and the Keras choice is the course's, not distribution's."""
+    text = extract(NOTEBOOK)[WORKER]
+    lines = {
+        name: next(line for line in text.splitlines() if f'"{name}"' in line)
+        for name in ("TF_CPU_ALLOCATOR_USE_BFC", "TF_USE_LEGACY_KERAS")
+    }
+    assert lines["TF_CPU_ALLOCATOR_USE_BFC"].endswith("# [speed]"), lines
+    assert "[dist]" not in lines["TF_USE_LEGACY_KERAS"], lines
+    doc = text.split('"""')[1]
+    assert '"# [dist]"' in doc and '"# [speed]"' in doc, "the docstring says what each mark means"
+    assert "MirroredStrategy(replica_devices(args.replicas))  # [dist]" in text
 
 
 def _tagged_cells() -> list[str]:
