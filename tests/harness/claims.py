@@ -36,9 +36,10 @@ CLAIMS = NOTEBOOKS / "data" / "claims"
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?")
 # a number followed by a unit of something measured (on this machine or elsewhere)
+# ("28×28" is a shape, not a factor; "within 10%" is how a lesson says a live result in words)
 MEASURED = re.compile(
-    r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*"
-    r"(examples/s|ex/s|images/s|steps/s|ms\b|µs|us\b|GB/s|MB/s|Gbit/s|Gb/s|TFLOP/s|%|x\b|×)"
+    r"(?<!within )(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*"
+    r"(examples/s|ex/s|images/s|steps/s|ms\b|µs|us\b|GB/s|MB/s|Gbit/s|Gb/s|TFLOP/s|%|x\b|×(?!\d))"
 )
 # a table cell that is a bare number (tables hold the figures prose would otherwise quote)
 CELL = re.compile(r"(?<=\| )[-+]?\d[\d,]*(?:\.\d+)?(?: / [-+]?\d[\d,]*(?:\.\d+)?)*(?= \|)")
