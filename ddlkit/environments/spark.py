@@ -2,8 +2,8 @@
 from ``BarrierTaskContext``.
 
 Spark's scheduler places the tasks (``creates_processes_externally``); in barrier mode it
-starts all of them at once or none (gang scheduling, which an all-reduce needs: a worker
-waiting for a peer that is not scheduled waits forever). Each task knows its partition
+starts all of them together or none (gang scheduling, which an all-reduce needs: a worker
+whose peer is not scheduled waits for it until its own timeout). Each task knows its partition
 (its rank), every task's executor address (``getTaskInfos()``) and can exchange a string
 with all the others (``allGather``): enough to build TF_CONFIG through
 `ddlkit.cluster.ClusterSpec`, the builder every launch path uses, and the worker contract
@@ -77,13 +77,13 @@ def from_barrier_context(ctx=None) -> Spark:
     (from ``getTaskInfos()``), then every task's ``host:port`` through ``allGather``."""
     from pyspark import BarrierTaskContext
 
-    from ddlkit.cluster.ports import _pick_ports
+    from ddlkit.cluster.ports import free_ports
 
     ctx = ctx or BarrierTaskContext.get()
     if ctx is None:
         raise ConfigError("no BarrierTaskContext: this is not a barrier task. " + INSIDE_FIX)
     rank = ctx.partitionId()
     host = ctx.getTaskInfos()[rank].address.rpartition(":")[0]
-    port = _pick_ports({host: 1})[host][0]
+    port = free_ports(1, host)[0]  # free now; TensorFlow's server binds it soon after
     addresses = ctx.allGather(f"{host}:{port}")
     return Spark(rank, addresses)

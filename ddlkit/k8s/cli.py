@@ -38,6 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--memory", default="2Gi", help="memory per pod, e.g. 4Gi")
     m.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu per pod")
     m.add_argument("--storage", default="1Gi", help="size of the checkpoint volume")
+    m.add_argument("--storage-class", help="a StorageClass that offers ReadWriteMany volumes")
     m.add_argument("--retries", type=int, default=None, help="replacements of one pod")
     m.add_argument("--port", type=int, default=TF_PORT, help="TensorFlow's server port")
     m.add_argument("--collector", help="HOST:PORT of a metrics collector the pods reach")
@@ -64,8 +65,8 @@ def _manifest(args: argparse.Namespace) -> int:
         args.script, strategy=args.strategy, workers=args.workers, image=args.image,
         ps=args.ps, args=_script_args(args.script_args), kind=args.kind, name=args.name,
         cpu=args.cpu, memory=args.memory, gpus=args.gpus, storage=args.storage,
-        retries=args.retries, port=args.port, collector=args.collector,
-        token_secret=args.token_secret,
+        storage_class=args.storage_class, retries=args.retries, port=args.port,
+        collector=args.collector, token_secret=args.token_secret,
     )  # fmt: skip
     if args.output is None:
         sys.stdout.write(built.to_yaml())

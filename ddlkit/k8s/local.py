@@ -56,6 +56,14 @@ class PodHosts:
             for h, name in zip(self.hosts, self.names(), strict=True)
         )
 
+    def etc_hosts(self, index: int) -> str:
+        """Pod ``index``'s ``/etc/hosts``, as its processes read it."""
+        return (netns.NETNS_ETC / self.hosts[index].name / "hosts").read_text()
+
+    def closed(self) -> bool:
+        """Whether every pod host is gone (after :func:`pod_hosts` has ended)."""
+        return not {h.name for h in self.hosts} & set(netns.existing())
+
     def pod_env(self, manifest: Manifest, index: int, mount: Path, secrets: Mapping) -> dict:
         """Pod ``index``'s variables: the container's ``env`` and its completion index."""
         container = _container(manifest)
@@ -128,6 +136,12 @@ class PodHosts:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+
+
+def unavailable() -> str:
+    """Why pods cannot be played on this machine ('' when they can): namespaced hosts need
+    Linux, root and ``ip``, and a machine that lets root make network namespaces."""
+    return netns.unavailable(try_it=True)
 
 
 def _container(manifest: Manifest) -> dict:

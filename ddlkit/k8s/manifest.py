@@ -9,7 +9,8 @@
     m.write("job.yaml")    # written whole or not at all
 
 ``kind="job"``: a headless Service, a checkpoint volume claim and an Indexed Job (core API
-only, :mod:`ddlkit.k8s.objects`); ``kind="tfjob"``: Kubeflow's TFJob (:mod:`ddlkit.k8s.tfjob`).
+only, :mod:`ddlkit.k8s.objects`); ``kind="tfjob"``: the legacy Kubeflow Training Operator's
+TFJob (:mod:`ddlkit.k8s.tfjob`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def manifest(
     memory: str = "2Gi",
     gpus: int = 0,
     storage: str = "1Gi",
+    storage_class: str | None = None,
     retries: int | None = None,
     port: int = 2222,
     collector: str | None = None,
@@ -104,15 +106,18 @@ def manifest(
 
     ``parameter_server`` adds one chief (coordinator) and ``ps`` parameter servers.
     ``cpu``, ``memory``, ``gpus`` (``nvidia.com/gpu``) are per pod, requested and limited;
-    ``storage`` sizes the checkpoint volume; ``retries`` is how often one pod may be
-    replaced (default by strategy); ``collector`` + ``token_secret`` send live metrics to a
-    collector the pods can reach. ConfigError for a bad value, before anything is built.
+    ``storage`` sizes the checkpoint volume, ``storage_class`` names a class that offers
+    ReadWriteMany volumes (default: the cluster's default class); ``retries`` is how often
+    one pod may be replaced (default by strategy); ``collector`` + ``token_secret`` send
+    live metrics to a collector the pods can reach. ConfigError for a bad value, before
+    anything is built.
     """
     if kind not in KINDS:
         raise ConfigError(f"kind {kind!r} is unknown. Fix: use one of {', '.join(KINDS)}.")
     plan = make_plan(
         script, strategy=strategy, workers=workers, image=image, ps=ps, args=args, name=name,
-        cpu=cpu, memory=memory, gpus=gpus, storage=storage, retries=retries, port=port,
+        cpu=cpu, memory=memory, gpus=gpus, storage=storage, storage_class=storage_class,
+        retries=retries, port=port,
         collector=collector, token_secret=token_secret,
     )  # fmt: skip
     built = objects.objects(plan) if kind == "job" else tfjob.objects_tfjob(plan)

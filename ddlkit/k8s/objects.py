@@ -2,8 +2,11 @@
 
 Pure functions from a :class:`~ddlkit.k8s.plan.JobPlan` to plain dicts (what ``kubectl
 apply -f`` reads), with nothing but Kubernetes' own API (``v1`` and ``batch/v1``, 1.30 and
-later): no operator needs to be installed. Why each field is there is said beside it;
-tests/k8s/ validates the objects against the official schemas (``kubernetes-validate``).
+later): no operator needs to be installed. Two things the core API leaves to the cluster: a
+storage class that offers ReadWriteMany volumes, and all-or-nothing scheduling of the pods
+(a Job is not gang-scheduled: Kueue, JobSet or Volcano add it). Why each field is there is
+said beside it; tests/k8s/ validates the objects against the official schemas
+(``kubernetes-validate``).
 """
 
 from __future__ import annotations
@@ -37,19 +40,26 @@ def service(plan: JobPlan) -> dict:
 
 
 def volume_claim(plan: JobPlan) -> dict:
-    """The checkpoint volume every pod mounts: BackupAndRestore's backups, the run directory.
+    """The volume every pod mounts: the run directory, and a script's checkpoints and
+    backups (BackupAndRestore's, where the script has one).
 
     ReadWriteMany: all pods write to one run directory, and a replaced pod (on any node)
-    finds the backup its predecessor left.
+    finds what its predecessor left. Only a storage class whose provisioner offers it (an
+    NFS, CephFS or cloud file-share driver) can bind such a claim; the default class of most
+    clusters offers block disks (ReadWriteOnce), and the claim, with every pod, would stay
+    Pending. ``storage_class`` names one.
     """
+    spec = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": plan.storage}},
+    }
+    if plan.storage_class is not None:
+        spec["storageClassName"] = plan.storage_class
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": plan.claim, "labels": labels(plan)},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": plan.storage}},
-        },
+        "spec": spec,
     }
 
 
@@ -63,8 +73,9 @@ def exec_command(plan: JobPlan) -> list[str]:
 
 
 def resources(plan: JobPlan, gpus: bool = True) -> dict:
-    """Requests equal to limits: the Guaranteed QoS class, so a training pod is the last to be
-    evicted under memory pressure and, with the static CPU manager, gets whole cores."""
+    """Requests equal to limits: the Guaranteed QoS class, so a training pod is among the last
+    to be evicted under memory pressure and, with the static CPU manager and an integer
+    ``cpu``, gets whole cores of its own."""
     amounts = {"cpu": plan.cpu, "memory": plan.memory}
     if gpus and plan.gpus:
         amounts["nvidia.com/gpu"] = str(plan.gpus)  # the NVIDIA device plugin's resource
@@ -122,18 +133,24 @@ def job(plan: JobPlan) -> dict:
     spec = {
         "completionMode": "Indexed",  # pod i gets JOB_COMPLETION_INDEX=i, host name <job>-i
         "completions": plan.pods,
-        "parallelism": plan.pods,  # all at once: every task must be up for training to start
+        # The controller creates every pod at once; the scheduler still places each on its
+        # own, so with too little room some run and wait for peers that stay Pending (gang
+        # admission: Kueue, JobSet or Volcano on the cluster).
+        "parallelism": plan.pods,
         # A failed pod is replaced with the same index, so the same name: its peers find the
         # replacement where the old pod was. MultiWorkerMirroredStrategy: a lost worker fails
-        # its peers' all-reduce, the job's pods come back and the script's BackupAndRestore
-        # resumes from its last backup on the checkpoint volume (few retries: each costs the
-        # whole job an epoch's progress). ParameterServerStrategy: a worker may be replaced
-        # while training goes on (the coordinator reschedules its steps and reconnects to the
-        # same address), so it gets more retries.
+        # its peers' collectives (after a timeout), each failed index is replaced, and every
+        # replacement starts the script again: from the beginning, or from the last backup
+        # when the script uses BackupAndRestore on the shared volume. Few retries: each costs
+        # that much work. ParameterServerStrategy: a worker may be replaced while training
+        # goes on (the coordinator reschedules its steps and reconnects to the same address),
+        # so it gets more retries.
         "backoffLimitPerIndex": plan.retries,
         "maxFailedIndexes": 0,  # an index out of retries fails the job: no task is optional
         "podFailurePolicy": pod_failure_policy(),
-        # Start a replacement only once the old pod is gone: never two pods with one name.
+        # Start a replacement only once the old pod has failed and is gone: never two pods
+        # with one host name (<job>-<i>). With a podFailurePolicy it is the only value the
+        # API accepts.
         "podReplacementPolicy": "Failed",
         "template": {
             "metadata": {"labels": labels(plan)},

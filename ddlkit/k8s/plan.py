@@ -23,6 +23,9 @@ MOUNT = "/checkpoints"  # where the checkpoint volume appears in every pod
 RETRIES = {"multi_worker": 2, "parameter_server": 5}
 # Kubernetes' resource quantity: 1, 0.5, 500m, 2Gi, 512Mi, 1e3 ...
 _QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?")
+# A StorageClass name: a DNS subdomain (RFC 1123), at most 253 characters
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN_RE = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 NAME_MOST = 50  # the Job name; its pods are <name>-<index> (host names of at most 63)
 
 
@@ -42,6 +45,7 @@ class JobPlan:
     gpus: int
     storage: str
     retries: int
+    storage_class: str | None = None  # a class that offers ReadWriteMany (None: the default)
     port: int = TF_PORT
     collector: str | None = None  # host:port of a metrics collector the pods reach
     token_secret: str | None = None  # the Secret whose key "token" is the collector's token
@@ -95,6 +99,7 @@ def make_plan(
     memory: str = "2Gi",
     gpus: int = 0,
     storage: str = "1Gi",
+    storage_class: str | None = None,
     retries: int | None = None,
     port: int = TF_PORT,
     collector: str | None = None,
@@ -109,7 +114,8 @@ def make_plan(
     if strategy not in STRATEGIES:
         raise ConfigError(
             f"strategy {strategy!r} has no Kubernetes form. Fix: use one of "
-            f"{', '.join(STRATEGIES)} (Horovod runs under Kubeflow's MPIJob instead)."
+            f"{', '.join(STRATEGIES)} (Horovod runs under an MPI launcher instead: a Kubeflow "
+            f"Trainer TrainJob on an MPI runtime, or the MPI operator's MPIJob)."
         )
     _count("workers", workers, 1, "pass -n N with N >= 1 (N: training workers)")
     if strategies.get(strategy).chief:  # parameter_server: a coordinator and ps tasks
@@ -141,6 +147,12 @@ def make_plan(
         raise ConfigError(f"collector {collector!r} is not HOST:PORT. Fix: e.g. 10.0.0.5:7000.")
     if token_secret is not None:
         check_label("Secret", token_secret)
+    if storage_class is not None and not _SUBDOMAIN_RE.fullmatch(str(storage_class)):
+        raise ConfigError(
+            f"storage_class={storage_class!r} is not a StorageClass name (lowercase letters, "
+            f"digits, '-' and '.'). Fix: name a class of your cluster that offers ReadWriteMany "
+            f"(kubectl get storageclass), e.g. storage_class='nfs-client'."
+        )
     return JobPlan(
         strategy=strategy,
         workers=workers,
@@ -153,6 +165,7 @@ def make_plan(
         memory=_quantity("memory", memory, "4Gi"),
         gpus=gpus,
         storage=_quantity("storage", storage, "10Gi"),
+        storage_class=storage_class,
         retries=retries,
         port=port,
         collector=collector,

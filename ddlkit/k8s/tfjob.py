@@ -1,10 +1,12 @@
 """The Kubeflow form of a training job: one ``TFJob`` (``kubeflow.org/v1``).
 
-Kubeflow's training operator (installed on the cluster) reads ``tfReplicaSpecs``, makes a
-pod and a Service per replica and writes every pod's TF_CONFIG itself, so the container
-runs the script directly: no ``ddlkit.k8s exec``. What it gives that the core-API form
-cannot: a pod template per role (the ps tasks need no GPU) and the operator's own restart
-rules. The checkpoint volume claim is the same object as in the core form.
+The TFJob belongs to Kubeflow's legacy Training Operator (v1, in maintenance: security fixes
+only); its successor, Kubeflow Trainer v2, replaces TFJob, PyTorchJob and MPIJob with one
+``TrainJob`` and ships no TensorFlow runtime. Where the v1 operator is installed, it reads
+``tfReplicaSpecs``, makes a pod and a Service per replica and writes every pod's TF_CONFIG
+itself, so the container runs the script directly: no ``ddlkit.k8s exec``. What it gives
+that the core-API form cannot: a pod template per role (the ps tasks need no GPU) and the
+operator's own restart rules. The checkpoint volume claim is the same object as in the core form.
 """
 
 from __future__ import annotations

@@ -28,10 +28,11 @@ from pathlib import Path
 
 from ddlkit import contract
 from ddlkit._tables import html_table
-from ddlkit.cluster.ports import _pick_ports
+from ddlkit.cluster.ports import free_ports
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.launch.spec import WorkerSpec
 
+# Spark 3.5 runs on Java 8, 11 or 17; the kit installs Debian's 17, which Spark 4 needs too.
 JAVA_PACKAGE = "openjdk-17-jre-headless"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -67,9 +68,9 @@ def find_java(environ: dict[str, str] | None = None) -> str:
     java = shutil.which("java", path=env.get("PATH", os.defpath))
     if java is None:
         raise ConfigError(
-            f"Spark needs Java, and there is no `java` on PATH (JAVA_HOME "
-            f"{'is ' + repr(home) if home else 'is not set'}). Fix: apt-get install -y "
-            f"{JAVA_PACKAGE} (it is in system-packages.txt; make lab installs it)."
+            f"Spark needs Java (8, 11 or 17 for Spark 3.5), and there is no `java` on PATH "
+            f"(JAVA_HOME {'is ' + repr(home) if home else 'is not set'}). Fix: apt-get install "
+            f"-y {JAVA_PACKAGE} (it is in system-packages.txt; make lab installs it)."
         )
     return java
 
@@ -265,7 +266,7 @@ def local_cluster(
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="ddlkit-spark-")) if owned else Path(work_dir)
     contract.logs_dir(root).mkdir(parents=True, exist_ok=True)
-    ports = _pick_ports({"127.0.0.1": 2 + workers})["127.0.0.1"]
+    ports = free_ports(2 + workers, "127.0.0.1")
     specs = daemon_specs(workers, cores_per_worker, memory_per_worker, root, ports)
     info = ClusterInfo(
         f"spark://127.0.0.1:{ports[0]}",

@@ -4,8 +4,9 @@ The launcher starts it as the run's one process (``spark-driver``), so the Run A
 (status, wait, stop, kill, tail) is the same as for local jobs: stopping it stops its JVM,
 which ends the application, whose executors end their tasks' workers. It connects to the
 master, runs the workers (multi_worker: a barrier stage of N tasks; horovod:
-``horovod.spark.run``, one rank per task), prints one line per worker, and exits 0; on a
-failure it prints what Spark says failed (the task) and the workers' log tails, exits 1.
+``horovod.spark.run`` over Gloo, one rank per task of an ordinary stage), prints one line
+per worker, and exits 0; on a failure it prints what Spark says failed (the task) and the
+workers' log tails, and exits 1.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ from ddlkit.spark.cluster import LEAN_JVM_OPTIONS
 from ddlkit.spark.tasks import TaskPlan, barrier_task, horovod_task, log_tails, report_lines
 
 EXIT_FAILED = 1
+# How long a run's driver lets Spark look for the slots of a barrier stage: it re-checks every
+# BARRIER_CHECK_INTERVAL seconds and fails the job after BARRIER_CHECK_FAILURES failed checks
+# (Spark's defaults: 15 s and 40, about 10 minutes).
+BARRIER_CHECK_INTERVAL = 1
+BARRIER_CHECK_FAILURES = 60
+# horovod.spark.run's start_timeout: its driver service waits this long for every task to
+# register (Horovod's default: HOROVOD_SPARK_START_TIMEOUT, else 600 s).
+START_TIMEOUT = 60
 _TASK_FAILED = re.compile(r"TaskFailed: (.*?)(?:\n\s*at |\n\tat |\nDriver stacktrace|\Z)", re.S)
 _STAGE = re.compile(r"(Job aborted due to stage failure: [^\n]*|Could not recover[^\n]*)")
 LOOPBACK_MASTER = re.compile(r"^(local(\[.*\])?|spark://(127\.0\.0\.1|localhost)(:\d+)?)$")
@@ -31,12 +40,17 @@ def session_conf(master: str, workers: int) -> dict[str, str]:
     """The SparkSession settings of a run (pure): fail fast, no retries of a worker."""
     conf = {
         "spark.ui.showConsoleProgress": "false",
-        "spark.task.maxFailures": "1",  # a worker that failed is not started again
+        # A training task is not retried: a rank started again alone cannot rejoin its peers
+        # (horovod.spark.run's tasks form an ordinary stage, which Spark retries by default).
+        "spark.task.maxFailures": "1",
         "spark.stage.maxConsecutiveAttempts": "1",
         # Executors register a few seconds after the application starts: a barrier stage
-        # waits up to 60 s for its slots (the launcher has checked the cluster has them).
-        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
-        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "60",
+        # waits up to BARRIER_CHECK_INTERVAL x BARRIER_CHECK_FAILURES s for its slots (the
+        # launcher has checked that the cluster has them).
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": f"{BARRIER_CHECK_INTERVAL}s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": str(BARRIER_CHECK_FAILURES),
+        # A fresh Python worker per task: TensorFlow's collectives are set up once per process,
+        # so a second training stage in a reused worker would wait on the first one's peers.
         "spark.python.worker.reuse": "false",
     }
     if master.startswith("spark://"):
@@ -111,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         if strategies.get(args.strategy).needs_horovodrun:  # Horovod: horovod.spark.run
             import horovod.spark
 
+            # use_gloo: Gloo's rendezvous on this driver and the ranks started through
+            # Horovod's task services. Without it a build with MPI takes the MPI path, which
+            # starts `mpirun` here through processes made with multiprocessing's spawn.
             reports = horovod.spark.run(
                 horovod_task,
                 args=(plan,),
@@ -146,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--start-timeout", type=int, default=60)
+    p.add_argument("--start-timeout", type=int, default=START_TIMEOUT)
     p.add_argument("--app-name", default="run")
     p.add_argument("--forward", action="append", default=[], help="a variable for the workers")
     p.add_argument("script")

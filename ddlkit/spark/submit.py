@@ -3,11 +3,17 @@ then one driver process (:mod:`ddlkit.spark.driver`) started as the run's job.
 
 Checked before anything starts (one ConfigError each): Java and pyspark are here; the
 strategy is one Spark runs (multi_worker, horovod); the master URL has a known form and,
-for ``spark://``, answers; the cluster has a free task slot for every worker. A barrier
-stage needs all its tasks at once (gang scheduling), and Spark would otherwise wait for
-slots that never come. Slots are known for ``local[N]`` and for a standalone master whose
-web UI answers (a :func:`ddlkit.spark.local_cluster` one, or one on port 8080); YARN and
-Kubernetes masters are passed on unchecked.
+for ``spark://``, answers; the cluster has a free task slot for every worker; live metrics
+from executors on other machines go to a collector address they reach.
+
+Every worker needs a slot at once. A barrier stage (multi_worker) starts all its tasks
+together or none: without the slots Spark re-checks for them and fails the job once its
+check gives up (``spark.scheduler.barrier.maxConcurrentTasksCheck.*``; the run's driver
+allows about a minute). ``horovod.spark.run`` runs an ordinary stage: the tasks that fit
+start and wait for the others until its ``start_timeout``, then it fails. Either way the
+answer comes late, so the free slots are counted first. They are known for ``local[N]``
+and for a standalone master whose web UI answers (a :func:`ddlkit.spark.local_cluster`
+one, or one on port 8080); YARN and Kubernetes masters are passed on unchecked.
 """
 
 from __future__ import annotations
@@ -22,6 +28,12 @@ from ddlkit.contract import STRATEGY_VAR
 from ddlkit.errors import ConfigError
 from ddlkit.launch.spec import JobSpec, WorkerSpec
 from ddlkit.spark.cluster import find, find_java, free_slots, master_state, spark_home
+from ddlkit.spark.driver import (
+    BARRIER_CHECK_FAILURES,
+    BARRIER_CHECK_INTERVAL,
+    LOOPBACK_MASTER,
+    START_TIMEOUT,
+)
 
 STRATEGIES = ("multi_worker", "horovod")
 STANDALONE_UI_PORT = 8080  # Spark standalone's default web UI port
@@ -92,13 +104,58 @@ def check(config, master: str) -> None:
             ) from None
     slots = master_slots(master)
     if slots is not None and config.workers > slots:
-        raise ConfigError(
-            f"{config.workers} workers need {config.workers} task slots at once (a barrier "
-            f"stage and Horovod's ranks start all together or not at all), but {master} has "
-            f"{slots} free; Spark would wait forever. Fix: ask for {slots} workers or fewer, "
-            f"or give the cluster more slots (dk.spark.local_cluster(workers="
-            f"{config.workers}))."
+        raise ConfigError(too_few_slots(config.strategy, config.workers, master, slots))
+
+
+def too_few_slots(strategy: str, workers: int, master: str, slots: int) -> str:
+    """Why ``workers`` cannot run on ``slots`` free task slots, and the fix (pure)."""
+    if strategies.get(strategy).needs_horovodrun:  # horovod.spark.run: an ordinary stage
+        what = (
+            f"{workers} Horovod ranks need {workers} task slots at once, but {master} has "
+            f"{slots} free: horovod.spark.run would start {slots} of its tasks, which would "
+            f"wait for the others until its start_timeout ({START_TIMEOUT} s here) and fail"
         )
+    else:
+        wait = BARRIER_CHECK_INTERVAL * BARRIER_CHECK_FAILURES
+        what = (
+            f"{workers} workers need {workers} task slots at once (a barrier stage starts all "
+            f"its tasks together), but {master} has {slots} free: Spark would re-check for "
+            f"slots and fail the job after about {wait} s "
+            f"(spark.scheduler.barrier.maxConcurrentTasksCheck.interval x maxFailures)"
+        )
+    if _LOCAL.match(master):
+        more = f"use master='local[{workers}]'"
+    elif find(master) is not None:
+        more = f"start a cluster with {workers} slots (dk.spark.local_cluster(workers={workers}))"
+    else:
+        more = f"free {workers - slots} more slot(s) (more worker cores, or fewer applications)"
+    return f"{what}. Fix: ask for {slots} workers or fewer, or {more}."
+
+
+def collector_check(master: str, bind: str | None, advertise: str | None) -> None:
+    """Executors on other machines cannot reach a collector on this machine's loopback."""
+    from ddlkit.metrics.protocol import is_loopback
+
+    told = advertise or bind
+    if bind is None or LOOPBACK_MASTER.match(master) or not is_loopback(told):
+        return
+    raise ConfigError(
+        f"the executors of {master} may run on other machines, which cannot send live metrics "
+        f"to {told} on this one. Fix: pass collector_host= an address of this machine they "
+        f"reach (ddlkit launch --collector-host ADDRESS; 'auto' finds the one towards a "
+        f"spark://HOST master), or live=False (--no-live)."
+    )
+
+
+def collector_host_for(master: str, collector_host: str | None) -> str | None:
+    """``collector_host='auto'`` for a ``spark://HOST`` master: this machine's address
+    towards HOST (launch's own 'auto' knows only the hosts it was given)."""
+    found = _SPARK.match(master)
+    if collector_host != "auto" or found is None or LOOPBACK_MASTER.match(master):
+        return collector_host
+    from ddlkit.launch.remote import address_towards
+
+    return address_towards([found.group(1)])
 
 
 def driver_spec(config, master: str, run_id: str, run_dir: Path, extra_env: dict) -> JobSpec:
@@ -164,7 +221,9 @@ def start(config, master, live, runs_dir, collector_host, collector_port, token)
     from ddlkit.metrics.protocol import is_loopback
 
     check(config, master)
+    collector_host = collector_host_for(master, collector_host)
     bind, advertise = _collector_address(config, collector_host) if live else (None, None)
+    collector_check(master, bind, advertise)
     if bind is not None and not is_loopback(bind) and token is None:
         token = secrets.token_hex(16)
     run_id = new_run_id(config.label or f"spark-{config.strategy}-{config.workers}")

@@ -1,8 +1,9 @@
 """The manifests `ddlkit k8s manifest` writes, checked against Kubernetes' official schemas.
 
-kubernetes-validate (PyPI, 1.37.0) ships the JSON schemas of Kubernetes 1.30-1.37 and
-validates offline; ``strict`` rejects a field the API does not know. It does not check
-enum values, so those are asserted here. The TFJob form has no schema in any registry
+kubernetes-validate (PyPI, 1.37.0) ships the JSON schemas of Kubernetes 1.25-1.37 and
+validates offline (1.30's is the first with every field of the Job form: successPolicy came
+then); ``strict`` rejects a field the API does not know. It does not check enum values, so
+those are asserted here. The TFJob form has no schema in any registry
 this kit installs from: its test is structural, against the fields of Kubeflow's CRD
 (kubeflow/training-operator, manifests/base/crds/kubeflow.org_tfjobs.yaml, kubeflow.org/v1),
 with each pod template validated as a core PodTemplate.
@@ -110,6 +111,20 @@ def test_restart_policy_fits_the_strategy():
     assert "successPolicy" not in mwms["spec"]
 
 
+def test_the_volume_claim_names_a_storage_class_that_offers_read_write_many():
+    default = _by_kind(manifest("t.py", image=IMAGE))["PersistentVolumeClaim"]
+    assert "storageClassName" not in default["spec"]  # the cluster's default class
+    m = manifest("t.py", image=IMAGE, storage_class="nfs-client")
+    claim = _by_kind(m)["PersistentVolumeClaim"]
+    assert claim["spec"]["storageClassName"] == "nfs-client"
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for version in VERSIONS:
+        _validate(claim, version)
+    out = _cli("--image", IMAGE, "--storage-class", "cephfs.csi", "t.py", cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "storageClassName: cephfs.csi" in out.stdout
+
+
 def test_live_metrics_take_the_token_from_a_secret_never_inline():
     m = manifest("t.py", image=IMAGE, collector="10.0.0.5:7000", token_secret="ddlkit-token")
     (box,) = _by_kind(m)["Job"]["spec"]["template"]["spec"]["containers"]
@@ -193,6 +208,7 @@ def test_cli_writes_the_same_yaml_to_stdout_and_to_a_file(tmp_path):
         (["--image", IMAGE, "--name", "My_Job", "t.py"], "DNS label"),
         (["--image", IMAGE, "--memory", "lots", "t.py"], "resource quantity"),
         (["--image", IMAGE, "--collector", "h:1", "t.py"], "go together"),
+        (["--image", IMAGE, "--storage-class", "Fast_SSD", "t.py"], "not a StorageClass name"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, argv, words):

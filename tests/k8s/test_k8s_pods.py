@@ -195,6 +195,9 @@ def test_pods_on_namespaced_hosts_train_mwms_and_stream_metrics(data_env, tmp_pa
     probe = manifest(str(script), workers=2, image=IMAGE, name="mnist", args=args)
     with pod_hosts(probe) as pods:
         assert pods.names() == ["mnist-0.mnist", "mnist-1.mnist"]
+        assert not pods.closed()
+        for i in (0, 1):  # every pod's /etc/hosts names every pod, as the Service's DNS would
+            assert pods.hosts_lines() in pods.etc_hosts(i)
         token = "k8s-test-token-1234"
         with Collector(tmp_path / "collected", host=pods.gateway, token=token) as collector:
             m = manifest(str(script), workers=2, image=IMAGE, name="mnist", args=args,
@@ -213,3 +216,4 @@ def test_pods_on_namespaced_hosts_train_mwms_and_stream_metrics(data_env, tmp_pa
     assert sorted(results) == ["worker-0", "worker-1"], logs
     assert all(r["replicas"] == 2 and r["steps"] == 3 for r in results.values()), results
     assert not any(netns.pids_in(h) for h in pods.hosts)
+    assert pods.closed()  # the hosts are gone with the block

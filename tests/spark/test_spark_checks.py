@@ -28,6 +28,32 @@ def test_an_unreachable_master_is_named(tmp_path):
 def test_more_workers_than_local_slots(tmp_path):
     message = refused(tmp_path, master="local[1]")
     assert "2 workers need 2 task slots" in message and "local[1] has 1 free" in message
+    assert "use master='local[2]'" in message, message
+
+
+def test_too_few_slots_says_what_each_launcher_would_do():
+    from ddlkit.spark.submit import too_few_slots
+
+    barrier = too_few_slots("multi_worker", 3, "spark://node1:7077", 2)
+    assert "barrier stage" in barrier and "maxConcurrentTasksCheck" in barrier, barrier
+    assert "free 1 more slot" in barrier
+    horovod = too_few_slots("horovod", 3, "local[2]", 2)
+    assert "horovod.spark.run would start 2 of its tasks" in horovod, horovod
+    assert "start_timeout (60 s here)" in horovod and "barrier" not in horovod
+
+
+def test_executors_elsewhere_need_a_collector_address_they_reach(tmp_path):
+    message = refused(tmp_path, master="yarn")
+    assert "cannot send live metrics to 127.0.0.1" in message and "--collector-host" in message
+    from ddlkit.spark.submit import collector_check, collector_host_for
+
+    collector_check("yarn", None, None)  # live=False: nothing to reach
+    collector_check("yarn", "10.0.0.5", None)  # an address the executors are told
+    collector_check("local[2]", "127.0.0.1", None)  # executors on this machine
+    with pytest.raises(ConfigError, match="cannot send live metrics to 127.0.0.1"):
+        collector_check("spark://node1:7077", "0.0.0.0", "127.0.0.1")
+    assert collector_host_for("spark://127.0.0.1:7077", "auto") == "auto"  # launch's own
+    assert collector_host_for("yarn", "auto") == "auto"
 
 
 def test_no_java_names_the_package(tmp_path, monkeypatch):

@@ -106,7 +106,8 @@ def test_killed_task_fails_the_job_fast_naming_it(spark_cluster, data_env, tmp_p
 
 def test_more_workers_than_the_clusters_free_slots(spark_cluster, tmp_path):
     message = refused(tmp_path, cluster=spark_cluster, master=spark_cluster.master_url, workers=3)
-    assert f"{spark_cluster.master_url} has 2 free" in message and "wait forever" in message
+    assert f"{spark_cluster.master_url} has 2 free" in message, message
+    assert "fail the job after about 60 s" in message and "local_cluster(workers=3)" in message
 
 
 @pytest.fixture
