@@ -4,12 +4,10 @@ tf-keras' ``Model.fit`` logs each step's metrics from ``metric.result()``, and t
 runs that in a ``merge_call`` that all-reduces the metric's variables across the workers
 (they are sync-on-read). For the kit's loss and accuracy that is 4 all-reduces a step
 (each metric's total and count) besides the gradients' one. Between workers on CPUs each
-is a gRPC round trip: about 1.5 ms for a few bytes between 2 local workers on the 2-core
-machine this was measured on, and the workers wait for it. :func:`local_step_logs` gives
-the same layers a ``compute_metrics`` that updates the same metrics and logs this worker's
-own running values, as a Horovod rank does: ``launch/train_multi_worker.py`` (MNIST CNN,
-200 steps, 2 workers on a core each, ``ddlkit bench``'s case, 3 rounds) went from
-5,657-6,253 to 7,491-7,988 examples/s (issue 14).
+is a gRPC round trip that every worker waits for (the course's recorded MultiWorkerMirrored
+all-reduce times are in ``notebooks/data/allreduce-mwms.json``; notebook 08 measures what the
+four cost a step). :func:`local_step_logs` gives the same layers a ``compute_metrics`` that
+updates the same metrics and logs this worker's own running values, as a Horovod rank does.
 
 What stays synchronised: at each epoch end ``fit`` reads the metrics again outside the
 step, in cross-replica context, so the epoch's logs (``History``, epoch callbacks) and
@@ -17,6 +15,11 @@ step, in cross-replica context, so the epoch's logs (``History``, epoch callback
 before. Only the per-step logs (batch callbacks, the live dashboard's step records) are
 this worker's: with equal batches, the mean of the workers' last step logs of an epoch is
 its epoch log.
+
+Per-step logs that differ between workers matter to batch-level callbacks that act on them
+(``TerminateOnNaN``, an early stop of one's own): two workers may decide differently, and one
+that stops while the other waits in the next collective hangs the job. Epoch-level callbacks
+see the synchronised epoch logs.
 
 The idiom a learner writes is a ``tf.keras.Model`` subclass with this ``compute_metrics``
 (notebook 08 writes it out); this module holds the kit's copy for its scripts.
