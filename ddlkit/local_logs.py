@@ -17,6 +17,11 @@ before. Only the per-step logs (batch callbacks, the live dashboard's step recor
 this worker's: with equal batches, the mean of the workers' last step logs of an epoch is
 its epoch log.
 
+Per-step logs that differ between workers matter to batch-level callbacks that act on them
+(``TerminateOnNaN``, an early stop of one's own): two workers may decide differently, and one
+that stops while the other waits in the next collective hangs the job. Epoch-level callbacks
+see the synchronised epoch logs.
+
 The idiom a learner writes is a ``tf.keras.Model`` subclass with this ``compute_metrics``
 (notebook 08 writes it out); this module holds the kit's copy for its scripts.
 """

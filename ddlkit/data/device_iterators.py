@@ -16,11 +16,10 @@ there and raises, naming the TensorFlow version, if it is not: the kit does not 
 without it silently. It applies to the whole process, only where every device is a CPU
 (:func:`applies`): with GPUs, TensorFlow's own behaviour stays, untested here.
 
-Measured on 2 cores (2 MWMS workers, ``launch/train_multi_worker.py`` with the
-benchmark's arguments, 200 steps, 2 runs each, launched unpinned as ``ddlkit launch``
-does by default): ``fit`` returned 0.03-0.05 s after its last step with it, 7.2-7.5 s
-without, and each worker trained at 1,722-1,922 examples/s with it, 1,161-1,178 without.
-Pinned to one core each (``ddlkit bench``) the speed did not change; the pause went.
+What it changes is measured by running ``launch/train_multi_worker.py`` with and without
+it: how long ``fit`` takes to return after its last step (the pause above), and, with the
+workers unpinned, their examples/s (the autotuning thread competes with the training for the
+cores). Pinned to a core each, only the pause differs.
 """
 
 from __future__ import annotations

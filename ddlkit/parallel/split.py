@@ -210,9 +210,10 @@ def mlp(
 ) -> Any:
     """A plain MLP (flatten, ``depth`` dense ReLU layers of ``width``, logits).
 
-    Its hidden layers cost the same, so cutting it in the middle gives stages of
-    nearly equal work, which a pipeline needs (the MNIST CNN's second convolution
-    alone is about 80% of its work, so no cut balances it).
+    Its hidden layers have the same width, so cutting it in the middle gives stages of
+    nearly equal work, which a pipeline needs: nearly, because the first hidden layer
+    has the flattened image as inputs (784 on MNIST) and the others ``width``. The MNIST
+    CNN's second convolution alone is most of its multiply-adds, so no cut balances it.
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ConfigError(f"width={width!r} must be an integer >= 1. Fix: pass e.g. 1024.")

@@ -44,8 +44,10 @@ NOT_FOUND = (
 TRANSPORTS = ("auto", "gloo", "mpi")
 # Open MPI's progress engine polls while a rank waits: Horovod's background thread, waiting
 # in MPI for the other rank, spins on the core the rank's TensorFlow computes on (one core a
-# rank here). mpi_yield_when_idle makes it call sched_yield() after each empty poll, so the
-# rank's own threads get the core between polls (notebook 08 measures the difference).
+# rank here). With mpi_yield_when_idle the progress loop calls sched_yield() after every poll
+# that found nothing (Open MPI 4.1, opal/runtime/opal_progress.c): it still polls, but a
+# runnable thread of the same core (the rank's TensorFlow) goes first. Open MPI turns it on
+# by itself only on an oversubscribed node, which -np 2 on 2 slots is not.
 MPI_ARGS = "--mca mpi_yield_when_idle 1"
 # The launcher sets PYTHONUNBUFFERED=1 for its workers, and horovodrun exports it to the
 # ranks. Unbuffered, print() writes its text and its newline apart, and Open MPI tags each
