@@ -41,7 +41,7 @@ class Setup:
     key: str
     model: str
     batch: int
-    node: str  # a ddlkit.scale.nodes preset
+    node: str | Hardware  # a ddlkit.scale.nodes preset, or your own Hardware
     workers: int
     base: int  # the workers the published efficiency is measured against
     algorithm: str
@@ -75,7 +75,7 @@ class Setup:
                 f"setup {self.key!r}: rate={self.rate!r} must be images/s > 0 or None. "
                 f"Fix: the source's single-GPU images/s, or None to count FLOPs"
             )
-        node(self.node), model(self.model)  # unknown presets fail here, naming the fix
+        self.machine(), model(self.model)  # unknown presets fail here, naming the fix
 
     @property
     def compute_from(self) -> str:
@@ -86,10 +86,14 @@ class Setup:
     def spec(self) -> ModelSpec:
         return model(self.model, batch=self.batch)
 
+    def machine(self) -> Hardware:
+        """The node as described (a preset by name, or the Hardware given)."""
+        return self.node if isinstance(self.node, Hardware) else node(self.node)
+
     def hardware(self, *, share: float | None = None) -> Hardware:
         """The run's machine; its accelerator runs this model at the published single-GPU
         rate where there is one, else at ``share`` (default: the presets') of peak."""
-        hw = node(self.node)
+        hw = self.machine()
         if self.inter is not None:
             hw = hw.replace(inter=network(self.inter))
         chip = hw.accelerator
@@ -174,8 +178,8 @@ class Checks:
         return [
             (
                 c.setup.key,
-                f"{c.setup.workers} ({node(c.setup.node).per_node}/server)",
-                c.setup.inter or node(c.setup.node).inter.name,
+                f"{c.setup.workers} ({c.setup.machine().per_node}/server)",
+                c.setup.inter or c.setup.machine().inter.name,
                 c.setup.compute_from,
                 f"{c.setup.published:.1%}",
                 f"{c.predicted:.1%}",

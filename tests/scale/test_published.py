@@ -127,3 +127,9 @@ def test_a_setup_of_your_own_is_checked_like_the_others():
     res = published.check(runs.SETUPS + (mine,))
     assert len(res) == len(runs.SETUPS) + 1 and res["mine"].predicted > 0
     assert published.SETUPS is runs.SETUPS
+    # servers of your own: a Hardware instead of a preset's name
+    from ddlkit.scale import hardware
+
+    dgx1 = hardware("P100", per_node=8, intra="NVLink1", inter="IB-EDR", nics=4)
+    own = published.Setup("own", "vgg16", 32, dgx1, 8, 1, "ring", 0.71, "x", rate=144)
+    assert own.machine() is dgx1 and "8/server" in str(published.check((own,)))
