@@ -285,7 +285,7 @@ class Calibration:
         ax.barh([i - 0.2 for i in y], meas, 0.4, xerr=err, label="measured (repeats' range)")
         ax.set_yticks(list(y), names)
         ax.set_xlabel("ms per step of each of 2 workers")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="lower right")
         return ax
 
 
