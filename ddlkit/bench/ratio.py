@@ -66,6 +66,7 @@ class ModelProfile:
     forward_flops: int  # per example
     batch: int
     step_seconds: float | None = None  # measured training step on one device, this machine
+    tensors: int = 1  # trainable weight tensors: one gradient each, one all-reduce unfused
 
     @property
     def param_bytes(self) -> int:
@@ -173,7 +174,9 @@ def profile_models(
     for name in names:
         model = build(name)
         step = time_step(model, batch, steps) if steps else None
-        out.append(ModelProfile(name, int(model.count_params()), forward_flops(model), batch, step))
+        tensors = len(model.trainable_weights)
+        params = int(model.count_params())
+        out.append(ModelProfile(name, params, forward_flops(model), batch, step, tensors))
     return Profiles(tuple(out))
 
 

@@ -1,6 +1,7 @@
 """Hardware for the scaling model: accelerators, links and the nodes they make (pure).
 
     dk.scale.hardware("P100-PCIe", per_node=4, intra="PCIe3", inter="RoCE-25")
+    dk.scale.hardware("A100", per_node=8, intra="NVLink3", inter="IB-HDR", nics=8)
     dk.scale.gpu("V100")                          # one preset accelerator
     dk.scale.network("IB-HDR")                    # one preset link
     replace(dk.scale.gpu("A100"), sustained_flops=80e12)   # edit a preset: a new object
@@ -17,7 +18,14 @@ Every preset is public specification, not measurement:
 - links: bandwidth is the line rate per direction (Gb/s / 8); latency is a typical
   one-way small-message latency of the transport (RDMA and NVLink a few microseconds,
   kernel TCP tens of microseconds). Bandwidths are upper bounds: real all-reduce buses
-  reach 80-95% of them.
+  reach 80-95% of them. An NVLink preset is the sum of all of one GPU's links, as if one
+  ring edge could use them all: NCCL gets there only with several rings over the links,
+  so inside a server the presets are optimistic.
+- nodes: ``nics`` is how many network ports of the ``inter`` link a node has (a DGX A100
+  has 8 HDR ports, one per GPU; a cloud VM usually one). Every term that crosses the
+  network uses the node's aggregate bandwidth, ``nics x`` the link's, with at most one
+  port per accelerator (:attr:`Hardware.node_link`). Whole machines as built are in
+  :mod:`ddlkit.scale.nodes`.
 """
 
 from __future__ import annotations
@@ -98,6 +106,7 @@ def _gpu(name: str, peak_tflops: float, memory_gb: float, note: str) -> Accelera
 GPUS = {
     g.name: g
     for g in (
+        _gpu("K80", 4.37, 12, "one GK210 of a Tesla K80 board (8.73 with GPU Boost), FP32"),
         _gpu("P100-PCIe", 9.3, 16, "Tesla P100 PCIe data sheet, FP32"),
         _gpu("P100", 10.6, 16, "Tesla P100 SXM2 (NVLink) data sheet, FP32"),
         _gpu("V100", 15.7, 32, "Tesla V100 SXM2 data sheet, FP32"),
@@ -112,14 +121,18 @@ GPUS = {
 NETWORKS = {
     n.name: n
     for n in (
+        Link("1GbE", 1e9 / 8, 50e-6, "Ethernet, kernel TCP"),
         Link("10GbE", 10e9 / 8, 50e-6, "Ethernet, kernel TCP"),
         Link("25GbE", 25e9 / 8, 30e-6, "Ethernet, kernel TCP"),
+        Link("40GbE", 40e9 / 8, 30e-6, "Ethernet, kernel TCP"),
         Link("50GbE", 50e9 / 8, 30e-6, "Ethernet, kernel TCP"),
         Link("100GbE", 100e9 / 8, 20e-6, "Ethernet, kernel TCP"),
+        Link("400GbE", 400e9 / 8, 20e-6, "Ethernet, kernel TCP (with RDMA: a few us)"),
         Link("RoCE-25", 25e9 / 8, 5e-6, "25 Gb/s Ethernet with RDMA (RoCE)"),
         Link("RoCE-100", 100e9 / 8, 3e-6, "100 Gb/s Ethernet with RDMA (RoCE)"),
         Link("IB-EDR", 100e9 / 8, 1e-6, "InfiniBand EDR 4x, 100 Gb/s"),
         Link("IB-HDR", 200e9 / 8, 1e-6, "InfiniBand HDR 4x, 200 Gb/s"),
+        Link("IB-NDR", 400e9 / 8, 1e-6, "InfiniBand NDR 4x, 400 Gb/s"),
         Link("PCIe3", 15.75e9, 5e-6, "PCIe 3.0 x16, GPU to GPU through the host"),
         Link("PCIe4", 31.5e9, 5e-6, "PCIe 4.0 x16"),
         Link("NVLink1", 80e9, 3e-6, "P100: 4 NVLink 1 links x 20 GB/s per direction"),
@@ -146,22 +159,42 @@ def network(name: str) -> Link:
 
 @dataclass(frozen=True)
 class Hardware:
-    """Identical nodes of ``per_node`` accelerators: ``intra`` joins them, ``inter`` the nodes."""
+    """Identical nodes of ``per_node`` accelerators: ``intra`` joins them, ``inter`` the
+    nodes, through ``nics`` network ports per node."""
 
     accelerator: Accelerator
     per_node: int
     intra: Link
     inter: Link
+    nics: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.per_node, bool) or not isinstance(self.per_node, int):
-            raise ConfigError(f"per_node={self.per_node!r} is not an int. Fix: e.g. per_node=4")
-        if self.per_node < 1:
-            raise ConfigError(f"per_node={self.per_node} must be >= 1. Fix: e.g. per_node=4")
+        for what, example in (("per_node", 4), ("nics", 1)):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{what}={value!r} must be an int >= 1. Fix: e.g. {what}={example}"
+                )
 
     def nodes(self, workers: int) -> int:
         """Nodes that ``workers`` accelerators fill (the last one may be partly used)."""
         return -(-workers // self.per_node)
+
+    @property
+    def ports(self) -> int:
+        """Network ports a node's accelerators can use at once: one each at most."""
+        return min(self.nics, self.per_node)
+
+    @property
+    def node_link(self) -> Link:
+        """The node's way out: ``inter`` with the bandwidth of all its usable ports."""
+        if self.ports == 1:
+            return self.inter
+        return replace(
+            self.inter,
+            name=f"{self.ports} x {self.inter.name}",
+            bandwidth=self.ports * self.inter.bandwidth,
+        )
 
     def replace(self, **changes) -> Hardware:
         """A copy with fields changed (the presets stay as they are)."""
@@ -177,6 +210,7 @@ class Hardware:
             ("node", "accelerators per node", self.per_node),
             ("intra-node", self.intra.name, _link_text(self.intra)),
             ("inter-node", self.inter.name, _link_text(self.inter)),
+            ("", "network ports per node", f"{self.nics} ({_link_text(self.node_link)} in all)"),
         ]
 
     def _repr_html_(self) -> str:
@@ -200,13 +234,16 @@ def hardware(
     per_node: int = 1,
     intra: str | Link = "PCIe3",
     inter: str | Link = "25GbE",
+    nics: int = 1,
 ) -> Hardware:
-    """Nodes of ``per_node`` accelerators; presets by name or your own objects."""
+    """Nodes of ``per_node`` accelerators with ``nics`` ports of ``inter``; presets by name
+    or your own objects."""
     return Hardware(
         _pick(accelerator, gpu),
         per_node,
         _pick(intra, network),
         _pick(inter, network),
+        nics,
     )
 
 

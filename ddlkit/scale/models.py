@@ -11,10 +11,12 @@ with respect to the inputs and to the weights), so the backward pass is 2/3 of a
 Public model sizes (:data:`PUBLIC`): parameters as the Keras Applications table lists
 them; forward FLOPs counted by :func:`ddlkit.bench.ratio.forward_flops` (convolutions
 and dense layers, 2 FLOPs per multiply-add) on ``tf.keras.applications`` built with
-``weights=None``: ResNet-50 7.73 GFLOP, ResNet-101 15.16, Inception V3 (299x299) 11.43,
-VGG-16 30.95. He et al. 2016 (arXiv:1512.03385, Table 1) give 3.8 and 7.6 billion
-multiply-adds for ResNet-50 and -101: the same to 2%. ``tensors`` is the number of
-trainable weight tensors (one gradient each) of the same Keras models.
+``weights=None``: ResNet-50 7.73 GFLOP, ResNet-101 15.16, ResNet-152 22.59, Inception V3
+(299x299) 11.43, VGG-16 30.95. He et al. 2016 (arXiv:1512.03385, Table 1) give 3.8, 7.6 and
+11.3 billion multiply-adds for ResNet-50, -101 and -152: the same to 2%. ``tensors`` is the
+number of trainable weight tensors (one gradient each, so one all-reduce each without
+fusion) of the same Keras models; :func:`from_profile` takes the count of the model it
+profiled.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ PUBLIC = {
     for m in (
         ModelSpec("resnet50", 25_636_712, 7.727e9, 32, 214, _KERAS + " (He et al.: 3.8e9 MACs)"),
         ModelSpec("resnet101", 44_707_176, 15.16e9, 64, 418, _KERAS + " (He et al.: 7.6e9 MACs)"),
+        ModelSpec("resnet152", 60_419_944, 22.59e9, 32, 622, _KERAS + " (He et al.: 11.3e9 MACs)"),
         ModelSpec("inception_v3", 23_851_784, 11.43e9, 64, 190, _KERAS + ", 299x299 input"),
         ModelSpec("vgg16", 138_357_544, 30.95e9, 64, 32, _KERAS),
     )
@@ -118,13 +121,14 @@ def model(name: str, *, batch: int | None = None) -> ModelSpec:
     return spec if batch is None else spec.with_batch(batch)
 
 
-def from_profile(profile, *, tensors: int = 1) -> ModelSpec:
-    """A :class:`ModelSpec` from a :class:`ddlkit.bench.ratio.ModelProfile` (counted here)."""
+def from_profile(profile, *, tensors: int | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a :class:`ddlkit.bench.ratio.ModelProfile` (counted here):
+    its parameters, forward FLOPs, batch and gradient tensors (``tensors`` overrides)."""
     return ModelSpec(
         profile.name,
         profile.params,
         profile.forward_flops,
         profile.batch,
-        tensors,
+        profile.tensors if tensors is None else tensors,
         "counted by ddlkit.bench.ratio on this machine's model",
     )

@@ -16,7 +16,11 @@ The model (every term is a formula you can write yourself):
   ``hidden = min(overlap x M, 2/3 C)``; ``exposed = M - hidden``. ``overlap=1`` is the
   ideal of a perfectly pipelined backward pass, ``0`` communication strictly after it.
   The default 0.5: the first layers' gradients come last and cannot be hidden, and the
-  collective's kernels and copies compete with the backward pass for the device.
+  collective's kernels and copies compete with the backward pass for the device. A
+  synchronous parameter server's pull brings the parameters the next forward pass needs,
+  so only its push (half of ``M``) can be hidden: ``hidden = min(overlap x M / 2, 2/3 C)``.
+- the network: every term that leaves a node uses all its ports
+  (:attr:`~ddlkit.scale.hardware.Hardware.node_link`): a DGX's eight, a VM's one.
 - step ``T = C + exposed``; throughput ``N x batch / T``; speed-up ``N C / T`` over one
   worker without communication; efficiency ``C / T``.
 - asynchronous parameter server (``"async_ps"``): no barrier; each worker loops
@@ -38,7 +42,7 @@ from ddlkit.scale import comm
 from ddlkit.scale.hardware import Hardware
 from ddlkit.scale.models import BACKWARD_SHARE, ModelSpec
 
-KINDS = ("ring", "tree", "halving_doubling", "hierarchical", "ps", "async_ps")
+KINDS = ("ring", "tree", "binary_tree", "halving_doubling", "hierarchical", "ps", "async_ps")
 # HOROVOD_FUSION_THRESHOLD's default in the Horovod of the published runs (2017-18); Horovod
 # 0.28 defaults to 128 MiB (horovod/common/operations.cc). One fixed assumption for every setup.
 FUSION_BYTES = 64 * 2**20
@@ -52,6 +56,7 @@ class Algorithm:
     kind: str = "ring"
     across: str = "ring"  # hierarchical: the algorithm between nodes
     servers: int = 1  # ps, async_ps
+    node_sum: bool = False  # ps: a node sums its accelerators' gradients, then pushes once
     fusion_bytes: float | None = FUSION_BYTES
     compression: str | None = None  # None or "fp16"
     overlap: float = DEFAULT_OVERLAP
@@ -67,6 +72,11 @@ class Algorithm:
             )
         if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
             raise ConfigError(f"servers={self.servers!r} must be an int >= 1. Fix: e.g. servers=4")
+        if self.node_sum and self.kind != "ps":
+            raise ConfigError(
+                f"node_sum=True is for kind='ps' (a node sums its gradients before one push), "
+                f"not {self.kind!r}. Fix: kind='ps', or leave node_sum out"
+            )
         if self.fusion_bytes is not None and not (
             isinstance(self.fusion_bytes, int | float) and self.fusion_bytes > 0
         ):
@@ -96,6 +106,8 @@ class Algorithm:
             out += f" (across: {self.across})"
         if self.kind in ("ps", "async_ps"):
             out += f", {self.servers} server{'s' * (self.servers > 1)}"
+        if self.node_sum:
+            out += ", summed per node"
         if self.compression:
             out += f", {self.compression}"
         return out
@@ -173,7 +185,7 @@ class Prediction:
             (
                 "hidden behind backward ms",
                 f"{self.hidden * ms:.2f}",
-                f"min({a.overlap:g} x comm, 2/3 compute)",
+                f"min({a.overlap:g} x {'push' if a.kind == 'ps' else 'comm'}, 2/3 compute)",
             ),
             ("exposed ms", f"{self.exposed * ms:.2f}", "comm - hidden"),
             ("step ms", f"{self.step * ms:.2f}", "compute + exposed"),
@@ -218,19 +230,21 @@ def communication(model: ModelSpec, hardware: Hardware, workers: int, algo: Algo
     """Seconds one synchronisation of the model's gradients takes (:mod:`.comm`)."""
     n, g = _check_workers(workers), hardware.per_node
     nbytes, k = model.param_bytes(algo.bytes_per_param), algo.buffers(model)
+    out = hardware.node_link  # every port of a node
     if algo.kind == "async_ps":
-        return comm.ps_worker(nbytes, min(g, n), hardware.inter, k)
+        return comm.ps_worker(nbytes, min(g, n), out, k)
+    if algo.kind == "ps" and algo.node_sum:
+        nodes, per_node = hardware.nodes(n), min(g, n)
+        return comm.ps_node_summed(nbytes, per_node, nodes, algo.servers, hardware.intra, out, k)
     if algo.kind == "ps":
-        return comm.parameter_server(nbytes, n, algo.servers, g, hardware.inter, k)
+        return comm.parameter_server(nbytes, n, algo.servers, g, out, k)
     if n == 1:
         return 0.0
     if algo.kind == "hierarchical":
         nodes = hardware.nodes(n)
         per_node = min(g, n)
-        return comm.hierarchical(
-            nbytes, per_node, nodes, hardware.intra, hardware.inter, k, algo.across
-        )
-    return comm.flat(nbytes, n, g, hardware.intra, hardware.inter, k, algo.kind)
+        return comm.hierarchical(nbytes, per_node, nodes, hardware.intra, out, k, algo.across)
+    return comm.flat(nbytes, n, g, hardware.intra, out, k, algo.kind)
 
 
 def predict(
@@ -248,7 +262,7 @@ def predict(
     if algo.kind == "async_ps":
         per_worker = compute + m  # push and pull of its own gradients, no barrier
         nbytes = model.param_bytes(algo.bytes_per_param)
-        rate = min(workers / per_worker, comm.ps_capacity(nbytes, algo.servers, hardware.inter))
+        rate = min(workers / per_worker, comm.ps_capacity(nbytes, algo.servers, hardware.node_link))
         return Prediction(
             model,
             hardware,
@@ -260,5 +274,6 @@ def predict(
             staleness=float(workers - 1),
             async_step=workers / rate,
         )
-    hidden = min(algo.overlap * m, BACKWARD_SHARE * compute)
+    can_hide = m / 2 if algo.kind == "ps" else m  # a PS's pull must come before the forward
+    hidden = min(algo.overlap * can_hide, BACKWARD_SHARE * compute)
     return Prediction(model, hardware, workers, algo, compute, m, hidden)

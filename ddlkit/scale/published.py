@@ -1,31 +1,21 @@
 """Published data-parallel scaling results, and what the model predicts for each (pure).
 
     dk.scale.published.check()        # predicted vs published efficiency, one table
+    dk.scale.published.scorecard()    # the same runs against a model that ignores communication
 
-Each setup is described by public specifications only (accelerator, GPUs per server,
-links, model size, batch per GPU, the algorithm the paper says it ran) and predicted with
-the model's one set of assumptions (:data:`ddlkit.scale.hardware.SUSTAINED_SHARE` = 0.5
-of peak, overlap 0.5, 64 MiB fusion buffers, fp32 gradients, line-rate bandwidth); no
-setup has a correction factor of its own. Efficiency is measured against the published
-baseline: 1 GPU for Horovod's runs, one 8-GPU server for Goyal et al.
+Each run is described by its machine (a preset of :mod:`ddlkit.scale.nodes`, the network it
+ran over), its model and batch per GPU, the algorithm the source says it ran, and, where
+the source publishes it, the images/s of **one** GPU of that machine on that model and batch:
+the run's compute is then ``batch / rate``, measured, not a FLOP count. Runs without a
+published single-GPU rate take the FLOP count at
+:data:`ddlkit.scale.hardware.SUSTAINED_SHARE` of peak. Every run is predicted with the same
+assumptions (overlap 0.5, 64 MiB fusion buffers, fp32 gradients, line-rate bandwidth, a
+parameter server's pull never hidden); no run has a correction of its own. Efficiency is
+against the published baseline (1 GPU, or one 8-GPU server for Goyal et al.). The run list
+and its sources are in :mod:`ddlkit.scale.runs`.
 
-Sources:
-
-- Horovod, 128 servers x 4 Pascal GPUs, RoCE-capable 25 Gbit/s: 90% (Inception V3),
-  90% (ResNet-101), 68% (VGG-16). Horovod documentation, docs/benchmarks.rst ("512-GPU
-  Benchmark") and README; the system is described in Sergeev & Del Balso 2018,
-  "Horovod: fast and easy distributed deep learning in TensorFlow", arXiv:1802.05799.
-  tf_cnn_benchmarks with ``--batch_size 64`` per GPU (the same page's command).
-- Horovod, 32 servers x 4 Pascal GPUs, same network: 90%, 90%, 79% (Horovod's README and
-  docs/benchmarks.md of October 2017, "128-GPU Benchmark").
-- Goyal et al. 2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour",
-  arXiv:1706.02677: ResNet-50, 32 per GPU, 32 Big Basin servers of 8 P100 (NVLink) with
-  50 Gbit Ethernet; "~90% scaling efficiency when moving from 8 to 256 GPUs" (abstract);
-  all-reduce within a server, recursive halving/doubling between servers, then a
-  broadcast within the server (Section 4, Communication).
-
-Assumed where the source is silent: Horovod's "Pascal GPUs" in 4-GPU servers are P100
-PCIe cards joined by PCIe 3.0; NCCL 2 of 2017 ran a flat ring over all GPUs.
+A model that ignores communication says 100% for every run; :func:`scorecard` puts it and
+full overlap next to this model, so a reader sees that the checks can fail.
 """
 
 from __future__ import annotations
@@ -33,23 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddlkit._tables import html_table, text_table
+from ddlkit.bench.ratio import TRAIN_FLOPS_FACTOR
 from ddlkit.errors import ConfigError
-from ddlkit.scale.hardware import hardware
-from ddlkit.scale.models import model
-from ddlkit.scale.predict import DEFAULT_OVERLAP, predict
+from ddlkit.scale.hardware import SUSTAINED_SHARE, Hardware, network
+from ddlkit.scale.models import ModelSpec, model
+from ddlkit.scale.nodes import node
+from ddlkit.scale.predict import DEFAULT_OVERLAP, KINDS, Algorithm, predict
+from ddlkit.scale.sweep import Curve, curve
 
 TOLERANCE = 0.10  # 10 percentage points of efficiency
-
-HOROVOD_512 = "Horovod docs/benchmarks.rst, 512-GPU Benchmark (Sergeev & Del Balso 2018)"
-HOROVOD_128 = "Horovod README / docs/benchmarks.md (Oct 2017), 128-GPU Benchmark"
-GOYAL = "Goyal et al. 2017, arXiv:1706.02677, abstract and Section 4"
-
-VGG_MISS = (
-    "compute from FLOPs at one sustained rate fails: VGG-16's large 3x3 convolutions "
-    "run at about twice ResNet's FLOP rate in cuDNN (jcjohnson/cnn-benchmarks, GTX 1080: "
-    "VGG-16 does 2x ResNet-101's FLOPs in the same 233-235 ms), so the model's VGG-16 step "
-    "is too long and communication's share too small"
-)
 
 
 @dataclass(frozen=True)
@@ -59,16 +41,18 @@ class Setup:
     key: str
     model: str
     batch: int
-    accelerator: str
-    per_node: int
-    intra: str
-    inter: str
+    node: str | Hardware  # a ddlkit.scale.nodes preset, or your own Hardware
     workers: int
     base: int  # the workers the published efficiency is measured against
     algorithm: str
-    across: str
     published: float
     source: str
+    inter: str | None = None  # the network, where the run did not use the node's own
+    rate: float | None = None  # images/s of one GPU at this batch, published
+    rate_source: str = ""
+    across: str = "ring"  # hierarchical: between nodes
+    servers: int = 1  # ps
+    node_sum: bool = False  # ps: gradients summed in the node before the push
     known_miss: str = ""  # which assumption fails, where the model misses
 
     def __post_init__(self) -> None:
@@ -82,63 +66,63 @@ class Setup:
                 f"setup {self.key!r}: base={self.base}, workers={self.workers}: need "
                 f"1 <= base <= workers. Fix: base = the workers the paper compares with"
             )
+        if self.algorithm not in KINDS:
+            raise ConfigError(
+                f"setup {self.key!r}: algorithm={self.algorithm!r}. Fix: one of {', '.join(KINDS)}"
+            )
+        if self.rate is not None and not self.rate > 0:
+            raise ConfigError(
+                f"setup {self.key!r}: rate={self.rate!r} must be images/s > 0 or None. "
+                f"Fix: the source's single-GPU images/s, or None to count FLOPs"
+            )
+        self.machine(), model(self.model)  # unknown presets fail here, naming the fix
+
+    @property
+    def compute_from(self) -> str:
+        if self.rate is None:
+            return f"FLOPs at {SUSTAINED_SHARE:g} of peak"
+        return f"1 GPU: {self.rate:g} images/s"
+
+    def spec(self) -> ModelSpec:
+        return model(self.model, batch=self.batch)
+
+    def machine(self) -> Hardware:
+        """The node as described (a preset by name, or the Hardware given)."""
+        return self.node if isinstance(self.node, Hardware) else node(self.node)
+
+    def hardware(self, *, share: float | None = None) -> Hardware:
+        """The run's machine; its accelerator runs this model at the published single-GPU
+        rate where there is one, else at ``share`` (default: the presets') of peak."""
+        hw = self.machine()
+        if self.inter is not None:
+            hw = hw.replace(inter=network(self.inter))
+        chip = hw.accelerator
+        if self.rate is not None:
+            flops = TRAIN_FLOPS_FACTOR * self.spec().forward_flops * self.rate
+            chip = replace(chip, sustained_flops=flops, note=f"{self.model}: {self.rate_source}")
+        elif share is not None:
+            chip = replace(chip, sustained_flops=share * chip.peak_flops)
+        return hw.replace(accelerator=chip)
+
+    def algo(self, overlap: float = DEFAULT_OVERLAP) -> Algorithm:
+        options = {"across": self.across, "overlap": overlap}
+        if self.algorithm in ("ps", "async_ps"):
+            options["servers"] = self.servers
+        if self.node_sum:
+            options["node_sum"] = True
+        return Algorithm(self.algorithm, **options)
 
     def efficiency(self, *, overlap: float = DEFAULT_OVERLAP, share: float | None = None) -> float:
-        """Predicted efficiency against the same baseline as the published one
-        (``share``: sustained / peak FLOP/s instead of the presets')."""
-        hw = hardware(self.accelerator, per_node=self.per_node, intra=self.intra, inter=self.inter)
-        if share is not None:
-            chip = hw.accelerator
-            hw = hw.replace(accelerator=replace(chip, sustained_flops=share * chip.peak_flops))
-        spec = model(self.model, batch=self.batch)
-        options = {"across": self.across, "overlap": overlap}
-        run = predict(spec, hw, self.workers, self.algorithm, **options)
-        base = predict(spec, hw, self.base, self.algorithm, **options)
+        """Predicted efficiency against the same baseline as the published one."""
+        hw, spec, algo = self.hardware(share=share), self.spec(), self.algo(overlap)
+        run = predict(spec, hw, self.workers, algo)
+        # one GPU trains alone (a parameter server beside it is in its own memory)
+        base = predict(spec, hw, self.base, algo if self.base > 1 else Algorithm("ring"))
         return run.throughput / base.throughput * self.base / self.workers
 
-
-def _horovod(n: int, m: str, published: float, source: str, miss: str = "") -> Setup:
-    return Setup(
-        f"horovod-{n}-{m}",
-        m,
-        64,
-        "P100-PCIe",
-        4,
-        "PCIe3",
-        "RoCE-25",
-        n,
-        1,
-        "ring",
-        "ring",
-        published,
-        source,
-        miss,
-    )
-
-
-SETUPS = (
-    _horovod(512, "inception_v3", 0.90, HOROVOD_512),
-    _horovod(512, "resnet101", 0.90, HOROVOD_512),
-    _horovod(512, "vgg16", 0.68, HOROVOD_512, VGG_MISS),
-    _horovod(128, "inception_v3", 0.90, HOROVOD_128),
-    _horovod(128, "resnet101", 0.90, HOROVOD_128),
-    _horovod(128, "vgg16", 0.79, HOROVOD_128, VGG_MISS),
-    Setup(
-        "goyal-256-resnet50",
-        "resnet50",
-        32,
-        "P100",
-        8,
-        "NVLink1",
-        "50GbE",
-        256,
-        8,
-        "hierarchical",
-        "halving_doubling",
-        0.90,
-        GOYAL,
-    ),
-)
+    def curve(self, workers, **options) -> Curve:
+        """This run's machine and model over ``workers``, labelled with the run's key."""
+        return curve(self.spec(), self.hardware(), workers, self.algo(), label=self.key, **options)
 
 
 @dataclass(frozen=True)
@@ -157,12 +141,15 @@ class Check:
 
 @dataclass(frozen=True)
 class Checks:
-    """Predicted against published efficiency for every setup in :data:`SETUPS`."""
+    """Predicted against published efficiency for every setup."""
 
     checks: tuple[Check, ...]
 
     def __iter__(self):
         return iter(self.checks)
+
+    def __len__(self) -> int:
+        return len(self.checks)
 
     def __getitem__(self, key: str) -> Check:
         for c in self.checks:
@@ -170,10 +157,15 @@ class Checks:
                 return c
         raise KeyError(f"no published setup {key!r}; known: {[c.setup.key for c in self]}")
 
+    @property
+    def hits(self) -> int:
+        return sum(c.within for c in self)
+
     HEADERS = (
-        "setup",
+        "run",
         "GPUs",
         "network",
+        "compute from",
         "published",
         "predicted",
         "difference",
@@ -186,9 +178,10 @@ class Checks:
         return [
             (
                 c.setup.key,
-                f"{c.setup.workers} ({c.setup.per_node}/server)",
-                c.setup.inter,
-                f"{c.setup.published:.0%}",
+                f"{c.setup.workers} ({c.setup.machine().per_node}/server)",
+                c.setup.inter or c.setup.machine().inter.name,
+                c.setup.compute_from,
+                f"{c.setup.published:.1%}",
                 f"{c.predicted:.1%}",
                 f"{c.difference * 100:+.1f} pp",
                 "yes" if c.within else "no",
@@ -199,9 +192,8 @@ class Checks:
         ]
 
     def caption(self) -> str:
-        hits = sum(c.within for c in self)
         return (
-            f"{hits} of {len(self.checks)} published efficiencies predicted within "
+            f"{self.hits} of {len(self)} published efficiencies predicted within "
             f"{TOLERANCE * 100:.0f} points, one set of assumptions for all"
         )
 
@@ -212,9 +204,62 @@ class Checks:
         return text_table(self.HEADERS, self.rows(), self.caption())
 
 
-def check(setups: tuple[Setup, ...] = SETUPS) -> Checks:
-    """Predict every setup (pure)."""
-    return Checks(tuple(Check(s, s.efficiency()) for s in setups))
+def _setups(setups):
+    if setups is None:
+        from ddlkit.scale.runs import SETUPS
+
+        return SETUPS
+    return tuple(setups)
+
+
+def check(setups=None, *, overlap: float = DEFAULT_OVERLAP) -> Checks:
+    """Predict every setup (pure); default: :data:`ddlkit.scale.runs.SETUPS`."""
+    return Checks(tuple(Check(s, s.efficiency(overlap=overlap)) for s in _setups(setups)))
+
+
+def ignoring_communication(setups=None) -> Checks:
+    """The model with infinite bandwidth and no latency: every run at 100%."""
+    return Checks(tuple(Check(s, 1.0) for s in _setups(setups)))
+
+
+@dataclass(frozen=True)
+class Scorecard:
+    """Three models of the same runs: this one, one without communication, full overlap."""
+
+    models: tuple[tuple[str, Checks], ...]
+
+    def hits(self) -> dict[str, int]:
+        return {name: checks.hits for name, checks in self.models}
+
+    def rows(self) -> list[tuple]:
+        first = self.models[0][1]
+        rows = []
+        for i, c in enumerate(first):
+            cells = [f"{checks.checks[i].predicted:.0%}" for _, checks in self.models]
+            rows.append((c.setup.key, f"{c.setup.published:.0%}", *cells))
+        n = len(first)
+        rows.append(("within 10 points", "", *(f"{h} of {n}" for h in self.hits().values())))
+        return rows
+
+    def _repr_html_(self) -> str:
+        heads = ("run", "published", *(name for name, _ in self.models))
+        return html_table(heads, self.rows(), "predicted efficiency of each run, three models")
+
+    def __str__(self) -> str:
+        heads = ("run", "published", *(name for name, _ in self.models))
+        return text_table(heads, self.rows())
+
+
+def scorecard(setups=None) -> Scorecard:
+    """dk.scale's predictions beside a communication-free model and full overlap."""
+    setups = _setups(setups)
+    return Scorecard(
+        (
+            ("dk.scale", check(setups)),
+            ("no communication", ignoring_communication(setups)),
+            ("full overlap", check(setups, overlap=1.0)),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -232,20 +277,37 @@ class Sensitivity:
         )
 
     def _repr_html_(self) -> str:
-        heads = ("setup", "published") + tuple(f"share {a:g}, overlap {o:g}" for a, o in self.grid)
+        heads = ("setup", "compute from", "published") + tuple(
+            f"share {a:g}, overlap {o:g}" for a, o in self.grid
+        )
         rows = [
-            (s.key, f"{s.published:.0%}", *(f"{e:.0%}" for e in effs)) for s, effs in self.table
+            (s.key, s.compute_from, f"{s.published:.0%}", *(f"{e:.0%}" for e in effs))
+            for s, effs in self.table
         ]
-        rows.append(("within 10 points", "", *self.hits()))
-        return html_table(heads, rows, "predicted efficiency as the assumptions change")
+        rows.append(("within 10 points", "", "", *self.hits()))
+        caption = (
+            "predicted efficiency as the assumptions change (the share of peak moves only "
+            "the runs whose compute is counted in FLOPs)"
+        )
+        return html_table(heads, rows, caption)
 
 
 def sensitivity(
     shares: tuple[float, ...] = (0.4, 0.5, 0.6),
     overlaps: tuple[float, ...] = (0.0, 0.5, 1.0),
-    setups: tuple[Setup, ...] = SETUPS,
+    setups=None,
 ) -> Sensitivity:
     """Every setup under every (sustained share, overlap) pair (pure)."""
     grid = tuple((a, o) for a in shares for o in overlaps)
-    table = tuple((s, tuple(s.efficiency(overlap=o, share=a) for a, o in grid)) for s in setups)
+    table = tuple(
+        (s, tuple(s.efficiency(overlap=o, share=a) for a, o in grid)) for s in _setups(setups)
+    )
     return Sensitivity(grid, table)
+
+
+def __getattr__(name: str):
+    if name == "SETUPS":  # the run list lives in ddlkit.scale.runs
+        from ddlkit.scale.runs import SETUPS
+
+        return SETUPS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

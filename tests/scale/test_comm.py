@@ -25,8 +25,14 @@ def test_halving_doubling_has_log_latency_and_ring_bytes():
     assert comm.halving_doubling(1e9, 5, GB) == pytest.approx(0.006 + 1.6)
 
 
-def test_tree_sends_the_whole_buffer_up_and_down():
+def test_the_double_binary_tree_moves_2s_through_every_node_a_single_tree_3s():
+    # 8 workers: 2 log2(8) = 6 steps of 1 ms per buffer, 3 buffers; 2 S / B
     assert comm.tree(1e9, 8, GB, buffers=3) == pytest.approx(2 * 3 * 1e-3 * 3 + 2.0)
+    # one tree: an inner node takes in 2 S and sends S up, then takes S and sends 2 S
+    assert comm.binary_tree(1e9, 8, GB) == pytest.approx(0.006 + 3.0)
+    assert comm.binary_tree(1e9, 2, GB) == pytest.approx(0.002 + 1.0)  # root and one leaf
+    # at scale the double tree costs the ring's bandwidth (n/(n-1) of it), not more
+    assert comm.tree(1e9, 1024, FAST) == pytest.approx(comm.ring(1e9, 1024, FAST) * 1024 / 1023)
 
 
 def test_hierarchical_is_a_ring_inside_the_node_plus_an_all_reduce_across_nodes():
@@ -40,6 +46,15 @@ def test_hierarchical_is_a_ring_inside_the_node_plus_an_all_reduce_across_nodes(
 def test_a_flat_ring_across_nodes_is_paced_by_the_network_inside_one_node_by_the_bus():
     assert comm.flat(1e9, 4, 4, FAST, GB) == pytest.approx(comm.ring(1e9, 4, FAST))
     assert comm.flat(1e9, 8, 4, FAST, GB) == pytest.approx(comm.ring(1e9, 8, GB))
+
+
+def test_a_parameter_server_fed_by_node_sums_takes_one_push_per_node():
+    # 4 GPUs a node on 10 GB/s (no latency): ring inside 2*3/4 * 1 GB / 10 GB/s = 0.15 s;
+    # 8 nodes, 4 servers: a server takes 8 * 1 GB / 4 = 2 GB each way on 1 GB/s
+    t = comm.ps_node_summed(1e9, 4, 8, 4, FAST, GB)
+    assert t == pytest.approx(0.15 + 2 * (1e-3 + 2.0))
+    # as many servers as nodes: a node's own push (1 GB) is the busier side
+    assert comm.ps_node_summed(1e9, 4, 8, 8, FAST, GB) == pytest.approx(0.15 + 2 * 1.001)
 
 
 def test_parameter_server_push_and_pull_through_the_busier_link():

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from ddlkit.errors import ConfigError
-from ddlkit.scale import Accelerator, Algorithm, Link, ModelSpec, gpu, hardware, model, network
+from ddlkit.scale import (
+    Accelerator,
+    Algorithm,
+    Link,
+    ModelSpec,
+    gpu,
+    hardware,
+    model,
+    network,
+    node,
+)
 from ddlkit.scale import predict as predict_step
 
 SPEC = ModelSpec("m", 1e6, 1e9, 8)
@@ -35,9 +45,10 @@ def test_negative_latency():
     "call, name",
     [
         (lambda: gpu("Z100"), "Z100"),
-        (lambda: network("40GbE"), "40GbE"),
+        (lambda: network("30GbE"), "30GbE"),
         (lambda: model("resnet18"), "resnet18"),
         (lambda: hardware("V100", inter="Myrinet"), "Myrinet"),
+        (lambda: node("DGX-1"), "DGX-1"),
     ],
 )
 def test_unknown_preset(call, name):
@@ -63,6 +74,7 @@ def test_workers_below_one_or_not_an_int(workers):
         ({"servers": 0}, "servers"),
         ({"fusion_bytes": 0}, "fusion_bytes"),
         ({"across": "star"}, "star"),
+        ({"kind": "ring", "node_sum": True}, "node_sum"),
     ],
 )
 def test_bad_algorithm_options(options, word):
@@ -79,6 +91,7 @@ def test_bad_algorithm_options(options, word):
         (lambda: ModelSpec("m", 0, 1e9, 8), "params"),
         (lambda: ModelSpec("m", 1e6, 1e9, 0), "batch"),
         (lambda: hardware("V100", per_node=0), "per_node"),
+        (lambda: hardware("V100", nics=0), "nics"),
     ],
 )
 def test_bad_hardware_or_model_numbers(build, word):

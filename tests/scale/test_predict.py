@@ -98,3 +98,35 @@ def test_tables_render():
     assert "<table>" in curve(SPEC, hw(), [1, 2])._repr_html_()
     assert "<table>" in hw()._repr_html_() and "<table>" in SPEC._repr_html_()
     assert presets()._repr_html_().count("<table>") == 2
+
+
+def test_a_parameter_server_hides_at_most_its_push_the_pull_feeds_the_next_forward():
+    p = predict(SPEC, hw(), 4, "ps", servers=2, overlap=1.0)
+    # 16 ms of push and pull; only the 8 ms push can leave during the 20 ms backward pass
+    assert p.hidden == pytest.approx(0.008) and p.exposed == pytest.approx(0.008)
+    ring = predict(SPEC, hw(), 4, "ring", overlap=1.0)
+    assert ring.exposed == pytest.approx(0.0)  # an all-reduce can hide it all
+
+
+def test_node_summed_parameter_server_pushes_once_per_node():
+    bus = Link("bus", 1e10, 0.0)
+    h = Hardware(CHIP, 4, bus, NET)
+    p = predict(SPEC, h, 8, "ps", servers=2, node_sum=True, overlap=0.0)
+    # inside 4: 2*3/4 * 4 MB / 10 GB/s = 0.6 ms; 2 nodes, 2 servers: 4 MB each way
+    assert p.communication == pytest.approx(0.0006 + 2 * 0.004)
+    each = predict(SPEC, h, 8, "ps", servers=2, overlap=0.0)  # every GPU pushes: 4 x 4 MB
+    assert each.communication == pytest.approx(2 * 0.016)
+
+
+def test_without_fusion_every_gradient_tensor_pays_its_latency():
+    link = Link("1 GB/s, 100 us", 1e9, 1e-4)
+    fused = predict(SPEC, hw(link=link), 8, overlap=0.0)
+    unfused = predict(SPEC, hw(link=link), 8, fusion_bytes=None, overlap=0.0)
+    # ring of 8: 14 latencies per buffer; 1 fused buffer against SPEC's 5 tensors
+    assert unfused.communication - fused.communication == pytest.approx(14 * 1e-4 * 4)
+
+
+def test_the_binary_tree_is_an_algorithm_too():
+    tree = predict(SPEC, hw(), 8, "tree", overlap=0.0)
+    single = predict(SPEC, hw(), 8, "binary_tree", overlap=0.0)
+    assert single.communication == pytest.approx(tree.communication * 3 / 2)
