@@ -143,7 +143,8 @@ def test_a_difference_over_10_percent_needs_a_measurement_that_accounts_for_it(t
 
 
 def test_the_course_recording_every_strategy_within_10_percent_or_explained():
-    files = {s: recorded.DATA / name for s, name in recorded.ALLREDUCE.items()}
+    # the strategies' own transports (the Gloo fit is a comparison, not a strategy's)
+    files = {s: recorded.DATA / recorded.ALLREDUCE[s] for s in ("horovod", "multi_worker")}
     bench = recorded.DATA / recorded.BENCH
     cal = calibrate(bench, files, MNIST_CNN)
     assert set(cal.names) == {"horovod", "multi_worker", "parameter_server"}
