@@ -217,13 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         shards = ", ".join(f"{s['device']} {s['shape']}" for s in v["shards"])
         print(f"variable {v['name']} {v['shape']}: {shards}", flush=True)
     train_step = make_train_step(strategy, model, optimizer)
-    train_fn = pipeline.dataset_fn(x_train, y_train, global_batch=args.batch_size)
-
-    @tf.function
-    def per_worker_dataset():  # [dist] each worker builds its own input pipeline
-        return strategy.distribute_datasets_from_function(train_fn)  # [dist]
-
-    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset))  # [dist]
+    # The whole training set as one dataset (each worker shuffles its own copy in its own
+    # order), sent to the workers as a dataset graph. A function that captures the arrays
+    # instead (distribute_datasets_from_function) took several times longer to start.
+    train = pipeline.dataset_fn(x_train, y_train, global_batch=args.batch_size)(
+        tf.distribute.InputContext()  # one pipeline, one replica: the whole batch
+    )
+    iterator = iter(coordinator.create_per_worker_dataset(train))  # [dist] a copy on each worker
     evaluate = Evaluator(args.dataset, args.seed)
     x_eval, y_eval = x_test[: args.eval_examples], y_test[: args.eval_examples]
     workers = len(cluster["worker"])
