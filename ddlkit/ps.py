@@ -9,7 +9,7 @@ report (no TensorFlow here):
   step (how many updates by other workers landed between reading the weights
   and applying the step's gradients) into summary numbers and a histogram;
 - :func:`eval_curve` reads the ``eval`` events a run's chief (parameter server
-  script) or worker-0 (``launch/train_sync_eval.py``) reported: accuracy on the
+  scripts) or its evaluating worker (``launch/train_sync_eval.py``) reported: accuracy on the
   same held-out images against training seconds (evaluation time left out);
 - :func:`time_to_accuracy` is the first training second a curve reached a target
   (both from :mod:`ddlkit.metrics.evals`, where every reader of eval events goes);
