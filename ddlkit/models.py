@@ -269,8 +269,8 @@ _OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
 def make_optimizer(name: str = "adam", learning_rate: float = 1e-3, *, legacy: bool = False):
     """A Keras optimizer by name (``"adam"``, ``"sgd"``, ``"rmsprop"``).
 
-    ``legacy=True`` gives tf-keras' ``optimizers.legacy`` class, which
-    ParameterServerStrategy and Horovod's ``DistributedOptimizer`` need.
+    ``legacy=True`` gives tf-keras' ``optimizers.legacy`` class. ParameterServerStrategy
+    trains with either kind; TensorFlow's PS tutorial prefers the legacy ones there for speed.
     """
     if name not in _OPTIMIZERS:
         raise ConfigError(

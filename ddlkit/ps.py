@@ -9,7 +9,7 @@ report (no TensorFlow here):
   step (how many updates by other workers landed between reading the weights
   and applying the step's gradients) into summary numbers and a histogram;
 - :func:`eval_curve` reads the ``eval`` events a run's chief (parameter server
-  script) or worker-0 (``launch/train_sync_eval.py``) reported: accuracy on the
+  scripts) or its evaluating worker (``launch/train_sync_eval.py``) reported: accuracy on the
   same held-out images against training seconds (evaluation time left out);
 - :func:`time_to_accuracy` is the first training second a curve reached a target
   (both from :mod:`ddlkit.metrics.evals`, where every reader of eval events goes);
@@ -201,10 +201,9 @@ def call_size(per_call: int, report_every: int, eval_every: int = 0, workers: in
     The chief joins every ``report_every`` steps and at every evaluation, so every
     interval between joins is a multiple of this size (all but a run's last, when its
     steps are not): every scheduled function has the same number of steps, and is traced
-    once. A function of another size is traced again on the chief and instantiated again
-    on the worker on its first call: measured (issue 14, one core) 0.6 s for 5 steps after
-    10, which were 5 of the 40 steps the quick benchmark measures. At most ``report_every
-    // workers``, so every worker gets a function between two joins.
+    once. A function of another size would be traced again on the chief and instantiated
+    again on the worker on its first call, inside the interval being timed. At most
+    ``report_every // workers``, so every worker gets a function between two joins.
     """
     for name, value in (("per_call", per_call), ("report_every", report_every)):
         if type(value) is not int or value < 1:

@@ -95,7 +95,7 @@ class _SideBySide:
         return rows
 
     def table_html(self) -> str:
-        head = ("run", "updates", "final eval acc", "train s", f"s to {self.chosen_target:.2f}")
+        head = ("run", "update rule", "final eval acc", "train s", f"s to {self.chosen_target:.2f}")
         return html_table((*head, "examples/s", "staleness"), self.rows())
 
     def __repr__(self) -> str:

@@ -2,11 +2,12 @@
 
 One script for every role. The ps and worker tasks only start a TensorFlow server from
 their TF_CONFIG and wait in ``join()``: they run whatever the coordinator sends them. The
-chief is the coordinator: it builds the model with its variables on the ps tasks (large
-ones sharded across them), and a ``ClusterCoordinator`` ``schedule()``s training steps,
-up to ``--steps-per-execution`` of them per scheduled function (the same number in each:
-``ddlkit.ps.call_size``), which run on whichever worker is free, and ``join()``s every
-``--report-every`` steps and at each evaluation.
+chief is the coordinator: it builds the model with its variables on the ps tasks (those of
+``--min-shard-bytes`` or more sharded across them, the others whole, in turn), and a
+``ClusterCoordinator`` ``schedule()``s training steps, up to ``--steps-per-execution`` of
+them per scheduled function (the same number in each: ``ddlkit.ps.call_size``), which run on
+whichever worker is free, and ``join()``s every ``--report-every`` steps and at each
+evaluation.
 
 Workers update the shared variables without waiting for each other (asynchronous
 training, like MXNet's ``dist_async`` or Downpour SGD). Each step measures its gradient
@@ -45,13 +46,10 @@ from ddlkit import data, metrics, models, ps
 from ddlkit.data import pipeline
 from ddlkit.errors import ConfigError
 
-# Steps per scheduled function. Measured (issue 14; 1 worker, 1 ps and the chief on one core,
-# 200 steps, back to back): 1 step per schedule() with a join every 5 steps ran at 752
-# examples/s, joining every 20 at 930, 10 steps per schedule() with a join every 20 at
-# 1,044. Each scheduled function is a round trip chief -> worker; a join waits for the queue
-# to drain. 20 steps per call (unrolled, see train_steps) ran no faster than 10: 3,351
-# against 3,331 examples/s. Every step still reads the weights from the ps and sends its
-# gradients back, and the three processes share the one core.
+# Steps per scheduled function. Each scheduled function is a round trip chief -> worker, and
+# a join waits for the queue to drain: TensorFlow's PS tutorial calls packing steps into one
+# function "usually necessary ... to achieve optimal performance". Every step still reads the
+# weights from the ps tasks and sends its gradients back.
 STEPS_PER_CALL = 10
 
 
@@ -118,13 +116,14 @@ def weights(model) -> list[np.ndarray]:
 
 def make_strategy(resolver, min_shard_bytes: int):  # [dist]
     """ParameterServerStrategy whose variables of ``min_shard_bytes`` or more are split
-    across the ps tasks (MinSizePartitioner: at most one shard per ps)."""
+    across the ps tasks (MinSizePartitioner: ceil(bytes / min_shard_bytes) shards along the
+    first axis, at most one per ps, so a shard may be smaller than ``min_shard_bytes``)."""
     num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))  # [dist]
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(  # [dist]
         min_shard_bytes=min_shard_bytes,
         max_shards=num_ps,  # [dist]
     )  # [dist]
-    return tf.distribute.experimental.ParameterServerStrategy(  # [dist]
+    return tf.distribute.ParameterServerStrategy(  # [dist]
         resolver,
         variable_partitioner=partitioner,  # [dist]
     )  # [dist]
@@ -149,7 +148,7 @@ def make_train_step(strategy, model, optimizer):
         with tf.control_dependencies([before]):  # [dist] read the weights after the counter
             with tf.GradientTape() as tape:
                 logits = model(images, training=True)
-                loss = tf.reduce_mean(loss_fn(labels, logits))  # one replica per step
+                loss = tf.nn.compute_average_loss(loss_fn(labels, logits))  # [dist] this batch
             grads = tape.gradient(loss, model.trainable_variables)
         with tf.control_dependencies(grads):  # [dist] read the counter once gradients exist
             stale = optimizer.iterations.read_value() - before  # [dist] others' updates
@@ -159,12 +158,9 @@ def make_train_step(strategy, model, optimizer):
 
     @tf.function
     def train_steps(iterator, n: int):  # n steps in one scheduled function (a Python int)
-        # A Python loop: traced n times into one graph (unrolled), not a tf.range loop.
-        # Measured (issue 14; 200 steps, the worker, ps and chief on one core, 3 runs each,
-        # alternating): 3,270 examples/s unrolled against 2,874 with tf.range (single-x1
-        # 4,050); with 2 workers on 2 cores 5,824 against 5,101. (Not profiled; a tf.range
-        # loop becomes a While op whose body, with its reads from and updates to the ps, is
-        # run as a function of its own every iteration.)
+        # A Python loop: traced n times into one graph (unrolled), as TensorFlow's PS tutorial
+        # packs steps, not a tf.range loop (a While op, whose body, with its reads from and
+        # updates to the ps, runs as a function of its own every iteration).
         steps = []
         for _ in range(n):
             images, labels = next(iterator)
@@ -184,7 +180,7 @@ class Evaluator:
         models.compile_classifier(self.local)
 
     def __call__(self, model, x, y) -> tuple[float, float]:
-        self.local.set_weights(weights(model))  # [dist] fetched from the ps tasks
+        self.local.set_weights(weights(model))  # fetched from the ps tasks
         data_ = pipeline.make_dataset(x, y, batch_size=500, shuffle=False)
         loss, accuracy = self.local.evaluate(data_, verbose=0)
         return float(loss), float(accuracy)
@@ -206,27 +202,30 @@ def main(argv: list[str] | None = None) -> int:
         return serve(resolver)  # [dist]
     cluster = resolver.cluster_spec().as_dict()  # [dist]
     strategy = make_strategy(resolver, args.min_shard_bytes)  # [dist]
-    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)  # [dist]
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)  # [dist]
 
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     per_epoch = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
     total_steps = args.epochs * per_epoch
     with strategy.scope():  # [dist] variables are created on the ps tasks
         model = models.for_dataset(args.dataset, seed=args.seed)
-        optimizer = models.make_optimizer("adam", args.lr, legacy=True)  # [dist] legacy for PS
-        optimizer.iterations  # noqa: B018  [dist] create the update counter on a ps now
+        # Any tf-keras optimizer trains under PS (notebook 03's script uses the new Adam); TF's
+        # PS tutorial recommends legacy ones for speed (fewer "hotspot" variables every ps
+        # reads each step), and here the legacy Adam trained clearly faster than the new one.
+        optimizer = models.make_optimizer("adam", args.lr, legacy=True)  # [speed]
+        optimizer.iterations  # noqa: B018  [dist] the update counter: created now, on a ps
     where = placement(model)
     for v in where:
         shards = ", ".join(f"{s['device']} {s['shape']}" for s in v["shards"])
         print(f"variable {v['name']} {v['shape']}: {shards}", flush=True)
     train_step = make_train_step(strategy, model, optimizer)
-    train_fn = pipeline.dataset_fn(x_train, y_train, global_batch=args.batch_size)
-
-    @tf.function
-    def per_worker_dataset():  # [dist] each worker builds its own input pipeline
-        return strategy.distribute_datasets_from_function(train_fn)  # [dist]
-
-    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset))  # [dist]
+    # The whole training set as one dataset (each worker shuffles its own copy in its own
+    # order), sent to the workers as a dataset graph. A function that captures the arrays
+    # instead (distribute_datasets_from_function) took several times longer to start.
+    train = pipeline.dataset_fn(x_train, y_train, global_batch=args.batch_size)(
+        tf.distribute.InputContext()  # one pipeline, one replica: the whole batch
+    )
+    iterator = iter(coordinator.create_per_worker_dataset(train))  # [dist] a copy on each worker
     evaluate = Evaluator(args.dataset, args.seed)
     x_eval, y_eval = x_test[: args.eval_examples], y_test[: args.eval_examples]
     workers = len(cluster["worker"])

@@ -3,14 +3,18 @@
 The same cluster as launch/train_parameter_server.py (a chief, ps tasks holding the
 variables, workers running what the chief schedules), two other update rules:
 
-- ``--mode sync`` (MXNet's ``dist_sync``): every round each worker pushes its gradient
-  into accumulator variables on the ps tasks; when every worker has pushed, one update
-  (their mean) is applied; only then does the next round start, so every worker reads
-  the new weights. Gradients are never stale.
+- ``--mode sync`` (MXNet's ``dist_sync``; TensorFlow 2 has no synchronous PS of its own):
+  every round each worker pushes its gradient into accumulator variables on the ps tasks;
+  when every worker has pushed, one update (their mean) is applied; only then does the next
+  round start, so every worker reads the new weights. Gradients are never stale. A second
+  push from a worker that already pushed this round is refused, as ``dist_sync`` waits for
+  every worker (TensorFlow 1's ``SyncReplicasOptimizer`` took any ``replicas_to_aggregate``
+  pushes instead); notebook 03's ``workers/ps_rules.py`` is the same round without the refusal.
 - ``--mode downpour`` (Dean et al. 2012): each worker keeps a local copy of the weights,
   takes plain SGD steps on it (``--local-lr``), pushes the gradients it accrued every
   ``--n-push`` steps (the ps applies them with the optimizer at once, no waiting) and
-  pulls fresh weights every ``--n-fetch`` steps.
+  pulls fresh weights every ``--n-fetch`` steps. Its evaluations land on the first period
+  boundary at or after each multiple of ``--eval-every``.
 
 Asynchronous training (MXNet's ``dist_async``) is launch/train_parameter_server.py.
 Steps count batches of ``--batch-size`` (one worker's step), as there. The chief
@@ -19,7 +23,9 @@ evaluation) and reports staleness (updates by other workers between the weights 
 gradient was computed on and its push) and how often each worker pushed and fetched.
 Variables are whole (no partitioner), placed on the ps tasks in turn.
 
-Lines that exist only for distribution carry a ``[dist]`` comment.
+Lines that exist only for distribution carry a ``[dist]`` comment. The result's
+``global_batch`` is the examples behind one update of the shared weights: one batch per
+worker (sync), ``--n-push`` batches (downpour).
 
 Launch:
     ddlkit launch --strategy parameter_server -n 2 --ps 1 launch/train_ps_modes.py \\
@@ -79,7 +85,7 @@ def check_args(args: argparse.Namespace) -> None:
         )
 
 
-def worker_one_hot(workers: int):
+def worker_one_hot(workers: int):  # [dist]
     """[0, 1, 0, ...]: which worker runs this function (called on a worker)."""
     index = tf.distribute.coordinator.experimental_get_current_worker_index()  # [dist]
     return tf.one_hot(index, workers, dtype=tf.int64), index
@@ -90,10 +96,10 @@ def counter(strategy, shape=()):  # [dist] an int64 counter on a ps task
         return tf.Variable(tf.zeros(shape, tf.int64), trainable=False)
 
 
-def per_example_loss(labels, logits):
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    )
+def batch_loss(labels, logits):
+    """The mean loss of one worker's batch: per-example losses, averaged as in a custom loop."""
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return tf.nn.compute_average_loss(per_example)  # [dist] one replica: this batch's mean
 
 
 class SyncPS:
@@ -126,14 +132,14 @@ class SyncPS:
         return self.strategy.run(self._push_step, args=(images, labels))  # [dist] on a worker
 
     def _push_step(self, images, labels):
-        me, index = worker_one_hot(self.workers)
+        me, index = worker_one_hot(self.workers)  # [dist]
         variables = self.model.trainable_variables
 
         def push():
             before = self.applies.read_value()
             with tf.control_dependencies([before]):  # read the weights after the counter
                 with tf.GradientTape() as tape:
-                    loss = per_example_loss(labels, self.model(images, training=True))
+                    loss = batch_loss(labels, self.model(images, training=True))
                 grads = tape.gradient(loss, variables)
             with tf.control_dependencies(grads):
                 stale = self.applies.read_value() - before  # updates since the read
@@ -150,7 +156,7 @@ class SyncPS:
                 tf.constant(np.nan, tf.float32),
             )
 
-        return tf.cond(tf.equal(self.pushed[index], 0), push, refuse)
+        return tf.cond(tf.equal(self.pushed[index], 0), push, refuse)  # [dist]
 
     def _apply(self):
         mean = [a.read_value() / self.workers for a in self.accumulators]  # [dist] all pushes
@@ -246,7 +252,7 @@ class Downpour:
         return self.strategy.run(self._period_step, args=(batches,))  # [dist] on a worker
 
     def _period_step(self, batches):
-        me, _ = worker_one_hot(self.workers)
+        me, _ = worker_one_hot(self.workers)  # [dist]
         variables = self.model.trainable_variables
         stale, losses, accrued = [], [], None
         for t, (images, labels) in enumerate(batches):
@@ -258,16 +264,16 @@ class Downpour:
                 own = 0  # this worker's pushes since the pull
             with tf.GradientTape() as tape:
                 tape.watch(local)
-                loss = per_example_loss(labels, forward(self.model, local, images))
+                loss = batch_loss(labels, forward(self.model, local, images))
             grads = tape.gradient(loss, local)
             losses.append(loss)
             accrued = (
                 grads if accrued is None else [a + g for a, g in zip(accrued, grads, strict=True)]
             )
             local = [w - self.local_lr * g for w, g in zip(local, grads, strict=True)]
-            self.steps.assign_add(me)
+            self.steps.assign_add(me)  # [dist]
             if (t + 1) % self.n_push == 0:  # push what accrued since the last push
-                with tf.control_dependencies(accrued):
+                with tf.control_dependencies(accrued):  # [dist] others' updates since the pull
                     stale.append(self.optimizer.iterations.read_value() - fetched_at - own)
                 self.optimizer.apply_gradients(zip(accrued, variables, strict=True))  # [dist]
                 self.pushes.assign_add(me)  # [dist]
@@ -275,8 +281,9 @@ class Downpour:
         return tf.stack(stale), tf.reduce_mean(tf.stack(losses))
 
     def run(self, iterator, budget: int) -> tuple[int, list[int], list[float]]:
-        """Periods (on any free worker) for about ``budget`` steps: (steps, staleness, losses)."""
-        count = max(1, round(budget / self.period))
+        """Whole periods (on any free worker) for ``budget`` steps, at least one:
+        (steps, staleness, losses)."""
+        count = max(1, budget // self.period)
         remote = [
             self.coordinator.schedule(self.period_fn, args=(iterator,))  # [dist]
             for _ in range(count)
@@ -299,12 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     per_epoch = args.steps_per_epoch or pipeline.steps_per_epoch(len(x_train), args.batch_size)
     total = args.epochs * per_epoch
-    # An update built from k batches takes k times the rate (notebook 01's linear rule).
-    lr = args.lr * (workers if args.mode == "sync" else args.n_push)
+    # An update built from k batches takes k times the rate: notebook 01's linear rule for
+    # SGD; for Adam, which divides by the gradients' own scale, a choice (the same in both
+    # modes), not a rule.
+    per_update = workers if args.mode == "sync" else args.n_push  # batches behind one update
+    lr = args.lr * per_update
     with strategy.scope():  # [dist] weights and optimizer slots on the ps tasks
         model = models.for_dataset(args.dataset, seed=args.seed)
-        optimizer = models.make_optimizer("adam", lr, legacy=True)  # [dist] legacy for PS
-        optimizer.iterations  # noqa: B018  [dist] the update counter, on a ps now
+        # legacy: TF's PS tutorial recommends it for speed, and it was faster here (as in
+        # launch/train_parameter_server.py); the new optimizers train under PS as well.
+        optimizer = models.make_optimizer("adam", lr, legacy=True)  # [speed]
+        optimizer.iterations  # noqa: B018  [dist] the update counter: created now, on a ps
     if args.mode == "sync":
         runner = SyncPS(strategy, coordinator, model, optimizer, workers)
     else:
@@ -312,13 +324,13 @@ def main(argv: list[str] | None = None) -> int:
             strategy, coordinator, model, optimizer, workers, args.n_push, args.n_fetch,
             args.local_lr,
         )  # fmt: skip
-    train_fn = pipeline.dataset_fn(x_train, y_train, global_batch=args.batch_size)
-
-    @tf.function
-    def per_worker_dataset():  # [dist] each worker builds its own input pipeline
-        return strategy.distribute_datasets_from_function(train_fn)  # [dist]
-
-    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset))  # [dist]
+    # The whole training set as one dataset (each worker shuffles its own copy in its own
+    # order), sent to the workers as a dataset graph. A function that captures the arrays
+    # instead (distribute_datasets_from_function) took several times longer to start.
+    train = pipeline.dataset_fn(x_train, y_train, global_batch=args.batch_size)(
+        tf.distribute.InputContext()  # one pipeline, one replica: the whole batch
+    )
+    iterator = iter(coordinator.create_per_worker_dataset(train))  # [dist] a copy on each worker
     evaluate = Evaluator(args.dataset, args.seed)
     x_eval, y_eval = x_test[: args.eval_examples], y_test[: args.eval_examples]
     reporter = metrics.Reporter()
@@ -339,11 +351,12 @@ def main(argv: list[str] | None = None) -> int:
             evals.append(row)
             reporter.event("eval", **row)
             print(f"step {done}: held-out acc {accuracy:.4f}, {train_seconds:.1f} s", flush=True)
-            next_eval = done + args.eval_every
+            next_eval = (done // args.eval_every + 1) * args.eval_every  # next multiple
         if done >= total:
             break
         start = time.perf_counter()
-        steps, stale, step_losses = runner.run(iterator, min(args.report_every, total - done))
+        budget = min(args.report_every, total - done, next_eval - done)
+        steps, stale, step_losses = runner.run(iterator, budget)
         elapsed = time.perf_counter() - start
         train_seconds += elapsed
         done += steps
@@ -379,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             "steps": done,
             "dataset": args.dataset,
             "epochs": args.epochs,
-            "global_batch": args.batch_size,  # one worker's batch per step
+            "global_batch": args.batch_size * per_update,  # examples behind one update
             "replicas": workers,
             "first_loss": losses[0],
             "last_loss": losses[-1],

@@ -1,11 +1,11 @@
 """Synchronous training (MultiWorkerMirroredStrategy) that reports a time-to-accuracy curve.
 
 launch/train_multi_worker.py plus one callback (``held_out_evals`` of launch/_common.py,
-which train_multi_worker.py also has, off by default): every ``--eval-every`` steps worker-0
-evaluates the weights on the first ``--eval-examples`` test images and reports an ``eval``
-event with the training time so far (evaluation time left out). The parameter server
-script reports the same events, so ``ddlkit.staleness`` can put synchronous and
-asynchronous training on one time axis.
+which train_multi_worker.py also has, off by default): every ``--eval-every`` steps the
+chief (worker 0 when the cluster has no ``chief`` task) evaluates the weights on the first
+``--eval-examples`` test images and reports an ``eval`` event with the training time so far
+(evaluation time left out). The parameter server scripts report the same events, so
+``ddlkit.ps.compare_runs`` can put synchronous and asynchronous training on one time axis.
 
 Lines that exist only for distribution carry a ``[dist]`` comment.
 
@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     replicas = strategy.num_replicas_in_sync  # [dist]
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()  # [dist] every task's address
     workers = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1  # [dist]
-    is_first = strategy.cluster_resolver.task_id in (0, None)  # [dist] worker-0 evaluates
+    # [dist] the chief evaluates: the `chief` task, else worker 0 (the strategy's own answer)
+    is_first = strategy.extended.should_checkpoint
     global_batch = args.batch_size * replicas  # [dist] per-replica batch x replicas
     (x_train, y_train), (x_test, y_test) = data.load(args.dataset)
     train = pipeline.for_strategy(  # [dist] each worker reads its own shard
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     reporter = metrics.KerasReporter(batch_size=global_batch // workers)
     callbacks = [reporter]
-    if is_first:  # [dist] worker-0 evaluates
+    if is_first:  # [dist] the chief evaluates
         callbacks += held_out_evals(reporter, args, x_test, y_test, global_batch)
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks)

@@ -151,7 +151,7 @@ def test_steps_per_execution_reaches_keras_and_bad_values_name_the_fix():
             models.compile_classifier(models.mnist_cnn(), steps_per_execution=bad)
 
 
-def test_legacy_optimizer_for_parameter_servers_and_horovod():
+def test_legacy_optimizer_is_tf_keras_legacy_class():
     opt = models.make_optimizer("adam", 0.002, legacy=True)
     assert isinstance(opt, keras().optimizers.legacy.Adam)
     model = models.compile_classifier(models.mnist_cnn(), optimizer=opt)

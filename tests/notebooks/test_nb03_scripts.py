@@ -1,18 +1,26 @@
 """Notebook 03's parameter-server code, run as real processes on loopback.
 
-- launch/train_ps_modes.py: the synchronous parameter server applies exactly one update per
-  round, the mean of one push from every worker; Downpour pushes every n_push steps and
-  pulls every n_fetch steps (counted on the ps tasks). A small chief program drives the
-  script's own SyncPS and Downpour classes against ps and worker servers started from
-  the same script.
-- workers/ps_worker.py, the script notebook 03 writes: run by hand as chief, ps and two
-  workers with hand-written TF_CONFIG where ddlkit cannot be imported; the chief finishes
-  and prints its accuracy; the servers (which never exit) are then killed and none is left.
+One cluster (two ps tasks, two workers), its servers started from ``workers/ps_worker.py``
+(the script notebook 03 writes) where ddlkit cannot be imported, serves three chiefs in turn
+(a server runs whatever a chief sends it, and each chief brings its own variables):
+
+- workers/ps_worker.py by hand without ddlkit: ``fit`` and the ``schedule`` loop train and the
+  chief prints its accuracy; variables of 256 KiB or more are split across the two ps tasks;
+- workers/ps_rules.py by hand without ddlkit: the synchronous round's update is the mean of
+  the pushes, one update per round; Downpour pushes once per n_push steps, and its
+  ``forward`` is the model;
+- launch/train_ps_modes.py's own SyncPS and Downpour classes, driven by a small chief: the
+  synchronous parameter server applies exactly one update per round, the mean of one push
+  from every worker; Downpour pushes every n_push steps and pulls every n_fetch steps
+  (counted on the ps tasks).
+
+The servers (which never exit) are then killed and none is left.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,9 +35,9 @@ from ddlkit.cluster.ports import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
 NOTEBOOK = NOTEBOOKS / "03_parameter_server.ipynb"
-WORKERS = 2
+WORKERS, PS = 2, 2
 
-# The chief: one cluster, the synchronous rounds first, then Downpour on a new optimizer.
+# A chief of its own: the kit's synchronous rounds first, then Downpour on a new optimizer.
 DRIVER = """
 import json, sys
 sys.path.insert(0, {launch!r})
@@ -50,7 +58,7 @@ per_worker = tf.function(lambda: strategy.distribute_datasets_from_function(fn))
 iterator = iter(coordinator.create_per_worker_dataset(per_worker))
 with strategy.scope():
     model = models.for_dataset("mnist", seed=0)
-    sgd = tf.keras.optimizers.legacy.SGD(LR)
+    sgd = tf.keras.optimizers.SGD(LR)
 out = {{"rounds": []}}
 sync = modes.SyncPS(strategy, coordinator, model, sgd, W)
 read = lambda vs: [v.numpy() for v in vs]
@@ -77,8 +85,7 @@ local = [tf.identity(v) for v in model.trainable_variables]
 out["forward_error"] = float(tf.reduce_max(tf.abs(
     modes.forward(model, local, images) - model(images, training=False))))
 with strategy.scope():
-    adam = tf.keras.optimizers.legacy.Adam(1e-3)
-    adam.iterations
+    adam = tf.keras.optimizers.Adam(1e-3)
 down = modes.Downpour(strategy, coordinator, model, adam, W, N_PUSH, N_FETCH, 0.05)
 steps, stale, _ = down.run(iterator, PERIODS * down.period)
 out["downpour"] = {{
@@ -93,17 +100,18 @@ print("CHECKS " + json.dumps(out), flush=True)
 
 
 def tf_config(ports: list[int], kind: str, index: int) -> str:
+    """Task ``kind``/``index`` of a cluster: the chief, ``PS`` ps tasks, then the workers."""
     cluster = {
         "chief": [f"127.0.0.1:{ports[0]}"],
-        "ps": [f"127.0.0.1:{ports[1]}"],
-        "worker": [f"127.0.0.1:{p}" for p in ports[2:]],
+        "ps": [f"127.0.0.1:{p}" for p in ports[1 : 1 + PS]],
+        "worker": [f"127.0.0.1:{p}" for p in ports[1 + PS :]],
     }
     return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
 
 
 def start_servers(script: Path, ports: list[int], env: dict, cwd: Path, logs: Path):
-    """ps-0 and every worker, each a server started from ``script`` (they never exit)."""
-    tasks = [("ps", 0)] + [("worker", i) for i in range(len(ports) - 2)]
+    """Every ps and worker task, each a server started from ``script`` (they never exit)."""
+    tasks = [("ps", i) for i in range(PS)] + [("worker", i) for i in range(len(ports) - 1 - PS)]
     procs = []
     for kind, index in tasks:
         log = open(logs / f"{kind}-{index}.log", "w")  # noqa: SIM115 (closed with the test)
@@ -127,28 +135,57 @@ def kill_all(procs) -> None:
         p.wait(timeout=30)
 
 
+def run_chief(argv: list[str], env: dict, ports: list[int], cwd: Path):
+    return subprocess.run(
+        [sys.executable, *argv],
+        env=env | {"TF_CONFIG": tf_config(ports, "chief", 0)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 @pytest.fixture(scope="module")
-def checks(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("ps_modes")
-    ports = free_ports(2 + WORKERS)
-    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_CONFIG"}
-    env |= {"TF_CPP_MIN_LOG_LEVEL": "2", "DDLKIT_RUNS": str(tmp / "runs")}
-    procs = start_servers(LAUNCH / "train_ps_modes.py", ports, env, tmp, tmp)
+def chiefs(tmp_path_factory) -> dict:
+    """Start the servers once, run the three chiefs one after the other, kill the servers."""
+    tmp = tmp_path_factory.mktemp("nb03")
+    scripts = write_scripts(NOTEBOOK, tmp)
+    ports = free_ports(1 + PS + WORKERS)
+    bare = no_ddlkit_env(tmp)  # the notebook's scripts: no ddlkit
+    kit = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    kit |= {"TF_CPP_MIN_LOG_LEVEL": "2", "DDLKIT_RUNS": str(tmp / "runs")}
+    procs = start_servers(scripts["workers/ps_worker.py"], ports, bare, tmp, tmp)
+    out = {"servers": procs}
     try:
+        worker_args = ["--epochs", "1", "--steps-per-epoch", "20", "--loop-steps", "20"]
+        out["ps_worker"] = run_chief(
+            [str(scripts["workers/ps_worker.py"]), *worker_args], bare, ports, tmp
+        )
+        rules_args = ["--rounds", "3", "--periods", "2", "--n-push", "4", "--n-fetch", "8"]
+        out["ps_rules"] = run_chief(
+            [str(scripts["workers/ps_rules.py"]), *rules_args], bare, ports, tmp
+        )
         driver = tmp / "driver.py"
         driver.write_text(DRIVER.format(launch=str(LAUNCH), workers=WORKERS))
-        chief = subprocess.run(
-            [sys.executable, str(driver)],
-            env=env | {"TF_CONFIG": tf_config(ports, "chief", 0)},
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        out["driver"] = run_chief([str(driver)], kit, ports, tmp)
+        out["servers_alive"] = all(p.poll() is None for p in procs)
     finally:
         kill_all(procs)
-    line = next((s for s in chief.stdout.splitlines() if s.startswith("CHECKS ")), None)
-    assert chief.returncode == 0 and line, chief.stdout[-3000:] + chief.stderr[-3000:]
+    return out
+
+
+def output(chief: subprocess.CompletedProcess) -> str:
+    text = chief.stdout + chief.stderr
+    assert chief.returncode == 0, text[-3000:]
+    return chief.stdout
+
+
+@pytest.fixture(scope="module")
+def checks(chiefs) -> dict:
+    stdout = output(chiefs["driver"])
+    line = next((s for s in stdout.splitlines() if s.startswith("CHECKS ")), None)
+    assert line, stdout[-3000:]
     return json.loads(line[len("CHECKS ") :])
 
 
@@ -203,28 +240,37 @@ def test_ps_modes_refuses_a_period_too_long_to_unroll():
 
 
 @pytest.mark.slow
-def test_ps_worker_runs_by_hand_without_ddlkit(tmp_path):
-    scripts = write_scripts(NOTEBOOK, tmp_path)
-    script = scripts["workers/ps_worker.py"]
-    env = no_ddlkit_env(tmp_path)
-    ports = free_ports(2 + WORKERS)
-    args = ["--epochs", "1", "--steps-per-epoch", "20", "--loop-steps", "20"]
-    procs = start_servers(script, ports, env, tmp_path, tmp_path)
-    try:
-        chief = subprocess.run(
-            [sys.executable, str(script), *args],
-            env=env | {"TF_CONFIG": tf_config(ports, "chief", 0)},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert all(p.poll() is None for p in procs), "a server exited by itself"
-    finally:
-        kill_all(procs)
-    out = chief.stdout + chief.stderr
-    assert chief.returncode == 0, out[-3000:]
-    assert "schedule loop: 20 steps" in chief.stdout
-    found = re.search(r"chief test accuracy (\d\.\d{4})", chief.stdout)
-    assert found and float(found.group(1)) > 0.5, chief.stdout[-2000:]
+def test_ps_worker_runs_by_hand_without_ddlkit(chiefs):
+    stdout = output(chiefs["ps_worker"])
+    assert chiefs["servers_alive"], "a server exited by itself"
+    assert "schedule loop: 20 steps" in stdout
+    found = re.search(r"chief test accuracy (\d\.\d{4})", stdout)
+    assert found and float(found.group(1)) > 0.5, stdout[-2000:]
+    # variables of 256 KiB or more are split, one shard per ps; the others are whole
+    placed = re.findall(r"variable (\S+):0 \(([\d, ]+)\) on /job:ps/replica:0/task:(\d)", stdout)
+    shards: dict[str, list] = {}
+    for name, shape, task in placed:
+        shards.setdefault(re.sub(r"/part_\d+$", "", name), []).append((shape, int(task)))
+    assert sorted(shards["dense/kernel"]) == [("800, 128", 0), ("800, 128", 1)], shards
+    assert all(len(v) == 1 for k, v in shards.items() if k != "dense/kernel"), shards
+    assert len(shards) == 8 and {t for v in shards.values() for _, t in v} == {0, 1}
+
+
+@pytest.mark.slow
+def test_ps_rules_runs_by_hand_without_ddlkit(chiefs):
+    stdout = output(chiefs["ps_rules"])
+    first = re.search(
+        r"round 1: new weights = old - 0.1 x mean of 2 pushes, largest difference (\S+)", stdout
+    )
+    assert first and float(first.group(1)) < 1e-5, stdout[-2000:]
+    assert re.search(r"synchronous: 3 rounds, 3 updates, last loss \d", stdout), stdout[-2000:]
+    forward = re.search(r"forward\(\) is the model: largest difference (\S+)", stdout)
+    assert forward and float(forward.group(1)) < 1e-5, stdout[-2000:]
+    # lcm(4, 8) = 8 steps per period, one push per 4 steps: 2 periods, 4 pushes
+    assert "Downpour: 2 periods of 8 steps, 4 pushes (one per 4 steps)" in stdout, stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_no_server_is_left(chiefs):
+    procs = chiefs["servers"]
     assert wait_until(lambda: not any(alive(p.pid) for p in procs), 10)
