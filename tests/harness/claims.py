@@ -36,10 +36,11 @@ CLAIMS = NOTEBOOKS / "data" / "claims"
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?")
 # a number followed by a unit of something measured (on this machine or elsewhere)
-# ("28×28" is a shape, not a factor; "within 10%" is how a lesson says a live result in words)
+# ("28×28" and "3 × 3 × 32" are shapes, not factors; "within 10%" is how a lesson says a
+# live result in words)
 MEASURED = re.compile(
     r"(?<!within )(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*"
-    r"(examples/s|ex/s|images/s|steps/s|ms\b|µs|us\b|GB/s|MB/s|Gbit/s|Gb/s|TFLOP/s|%|x\b|×(?!\d))"
+    r"(examples/s|ex/s|images/s|steps/s|ms\b|µs|us\b|GB/s|MB/s|Gbit/s|Gb/s|TFLOP/s|%|x\b(?!\s*\d)|×(?!\s*\d))"
 )
 # a table cell that is a bare number (tables hold the figures prose would otherwise quote)
 CELL = re.compile(r"(?<=\| )[-+]?\d[\d,]*(?:\.\d+)?(?: / [-+]?\d[\d,]*(?:\.\d+)?)*(?= \|)")

@@ -76,7 +76,7 @@ def test_a_range_quotes_two_quantities_and_counts_must_agree():
 def test_measured_numbers_outside_quotes_are_found(monkeypatch):
     prose = (
         "Horovod reached 0.89 of it, 8,986 examples/s, and `1.2 ms` in code is not prose; "
-        "28×28 images, within 10% of the other."
+        "28×28 images, 3 × 3 × 32 kernels, within 10% of the other."
     )
     monkeypatch.setattr(cl, "prose_of", lambda place: cl.re.sub(r"`[^`]*`", " ", prose))
     assert [s.split("'")[1] for s in cl.unaccounted("x", [])] == ["8,986 examples/s"]
