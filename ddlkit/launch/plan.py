@@ -33,10 +33,10 @@ from ddlkit.strategies.horovod import TRANSPORTS
 from ddlkit.strategies.horovod import find_horovodrun as find_horovodrun
 from ddlkit.strategies.horovod import horovodrun_argv as horovodrun_argv
 from ddlkit.strategies.horovod import mpi_unavailable as mpi_unavailable
+from ddlkit.where import BASE_PORT as BASE_PORT  # re-exported
 
 STRATEGIES = strategies.BUILTIN  # ddlkit.strategies.names(): the registered ones
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
 # What the launcher sets in a worker itself: LaunchConfig.env may not set these.
 LAUNCHER_VARS = frozenset({*contract.ENV_VARS, contract.TF_CONFIG_VAR, "PYTHONUNBUFFERED"})
 

@@ -157,8 +157,9 @@ def start(config, master, live, runs_dir, collector_host, collector_port, token)
 
     from ddlkit import settings
     from ddlkit.environments import for_worker
+    from ddlkit.launch.collect import collector_address as _collector_address
+    from ddlkit.launch.handle import Run
     from ddlkit.launch.job import Job
-    from ddlkit.launch.run import Run, _collector_address
     from ddlkit.launch.runs import new_run_id
     from ddlkit.metrics import Collector
     from ddlkit.metrics.protocol import is_loopback
