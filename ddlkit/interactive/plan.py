@@ -1,0 +1,112 @@
+"""Live workers as a job the launcher runs (pure data): the strategy's planned workers, each
+process made an ipyparallel engine, plus the engines' controller.
+
+``dk.workers`` plans exactly what ``dk.launch.start`` plans (the strategy's `WorkerSpec` s,
+from `ddlkit.launch.plan.plan`: TF_CONFIG from `ddlkit.cluster.ClusterSpec`, the Keras
+choice, thread counts, cores, the collector's address) with :data:`ENGINE` as the script:
+each worker process is an engine instead of a training script. This module adds the one
+process the launcher does not plan, the controller (:func:`controller_spec`), and, for a
+parameter-server job, takes the chief out (the notebook is the coordinator) and makes the
+ps and worker tasks plain TensorFlow servers (:data:`SERVER`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ddlkit import contract
+from ddlkit.cluster import ClusterSpec
+from ddlkit.errors import ConfigError
+from ddlkit.launch.spec import JobSpec, WorkerSpec
+
+ENGINE = Path(__file__).with_name("engine.py")  # an engine that is one worker (see engine.py)
+SERVER = Path(__file__).with_name("server.py")  # a ps or worker server of a PS job
+PROFILE_DIR = "ipython"  # under the run dir: the controller's connection files (mode 0600)
+ENGINE_FILE = "ipcontroller-engine.json"
+CLIENT_FILE = "ipcontroller-client.json"
+URL_WAIT = 120.0  # seconds an engine waits for the controller's connection file
+STRATEGIES = ("multi_worker", "horovod", "parameter_server")
+CHIEF = contract.task_name("chief", 0)
+
+
+def profile_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / PROFILE_DIR
+
+
+def engine_file(run_dir: Path) -> Path:
+    return profile_dir(run_dir) / "security" / ENGINE_FILE
+
+
+def client_file(run_dir: Path) -> Path:
+    return profile_dir(run_dir) / "security" / CLIENT_FILE
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ConfigError(
+            f"dk.workers(strategy={strategy!r}): live workers are for strategies of several "
+            f"processes. Fix: use one of {', '.join(STRATEGIES)}; MirroredStrategy runs in this "
+            f"notebook's own process (tf.distribute.MirroredStrategy(), notebook 02)."
+        )
+
+
+def engine_names(strategy: str, workers: int, cluster: ClusterSpec | None) -> tuple[str, ...]:
+    """The workers' names in engine-id order: the cluster's worker tasks, or Horovod's ranks."""
+    if strategy == "horovod":
+        return tuple(contract.rank_name(r) for r in range(workers))
+    assert cluster is not None
+    return tuple(t.name for t in cluster.tasks if t.role == "worker")
+
+
+def engine_args(run_dir: Path, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The arguments of :data:`ENGINE` (the same for every worker: each finds its own id)."""
+    return ("--names", ",".join(names), "--url-file", str(engine_file(run_dir)))
+
+
+def controller_spec(
+    run_dir: Path, python: str, ip: str, cpus: tuple[int, ...] | None = None
+) -> WorkerSpec:
+    """The ipyparallel controller: listens on ``ip`` (loopback unless workers are on other
+    hosts), writes its connection files (with their key, mode 0600) under the run dir."""
+    name = contract.CONTROLLER
+    argv = (
+        python,
+        "-m",
+        "ipyparallel.controller",
+        f"--profile-dir={profile_dir(run_dir)}",
+        f"--ip={ip}",
+        "--log-level=WARN",
+        "--IPController.ping=1000",  # ms between heartbeats: a killed engine is seen in ~1 s
+    )
+    return WorkerSpec(
+        name=name,
+        argv=argv,
+        env={},
+        cwd=contract.work_dir(run_dir, name),
+        log_path=contract.log_path(run_dir, name),
+        cpus=cpus,
+        threads=1,
+        service=True,
+    )
+
+
+def engines_job(spec: JobSpec, controller: WorkerSpec) -> JobSpec:
+    """The planned job with the controller first (it never exits by itself: a service)."""
+    return JobSpec(spec.run_id, spec.run_dir, (controller, *spec.workers))
+
+
+def servers_job(spec: JobSpec, python: str) -> JobSpec:
+    """A parameter-server job without its chief (this notebook coordinates), each ps and
+    worker task a TensorFlow server (:data:`SERVER`) with its planned environment."""
+    servers = tuple(
+        dataclasses.replace(w, argv=(python, str(SERVER)), service=True)
+        for w in spec.workers
+        if w.name != CHIEF
+    )
+    return JobSpec(spec.run_id, spec.run_dir, servers)
+
+
+def coordinator_env(cluster: ClusterSpec) -> dict[str, str]:
+    """The TF_CONFIG of the chief: what this notebook sets to coordinate the servers."""
+    return {contract.TF_CONFIG_VAR: cluster.tf_config_json(CHIEF)}

@@ -1,0 +1,340 @@
+"""Live workers for a notebook: ``dk.workers(n, strategy=..., where=...)``.
+
+The workers are a job of the launcher (`ddlkit.launch.run.prepare`: the strategy's plan,
+TF_CONFIG, Keras, threads, cores, the collector, preflight on other hosts; started by
+`ddlkit.launch.job.Job`: one fork place, children that die with this kernel). Each worker
+process is an ipyparallel engine (`ddlkit.interactive.plan`), so ``%%px`` runs a cell on
+every worker; the same job's controller connects them to this notebook's client.
+
+::
+
+    workers = dk.workers(2, strategy="multi_worker")
+    workers.run("import tensorflow as tf")        # what %%px does
+    workers.kill("worker-1"); workers.restart(); workers.close()
+
+A parameter-server job has no engines: its ps and worker tasks are TensorFlow servers and
+this notebook is the coordinator (``workers.tf_config`` is the chief's TF_CONFIG).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ddlkit import contract
+from ddlkit import where as places
+from ddlkit.errors import ConfigError, WorkerFailedError
+from ddlkit.interactive import cells, plan
+from ddlkit.interactive.output import WorkerDiedError
+from ddlkit.interactive.script import Transcript
+from ddlkit.launch import remote
+from ddlkit.launch.handle import Run
+from ddlkit.launch.job import Job
+from ddlkit.launch.run import configure, prepare
+
+READY_TIMEOUT = 120.0  # seconds for every engine to connect
+ALONE = 30.0  # seconds a cell run on some workers only is waited for
+
+
+class Workers:
+    """Live worker processes and this notebook's connection to them (see the module doc)."""
+
+    def __init__(self, n: int, strategy: str, where: places.Where | None, **options: Any):
+        plan.check_strategy(strategy)
+        self._args = (n, strategy, where, options)
+        self.strategy = strategy
+        self.where = where or places.ThisMachine()
+        self.alone = options.pop("alone", ALONE)
+        live = options.pop("live", True)
+        if isinstance(self.where, places.Spark):
+            raise ConfigError(
+                "dk.workers runs live workers on this machine, on hosts or in a Slurm "
+                "allocation; Spark runs scripts as tasks. Fix: try it with dk.workers here, "
+                "write it out with workers.script(path), then dk.launch.start(path, "
+                "where=dk.where.Spark(master))."
+            )
+        if isinstance(self.where, places.Slurm):
+            raise ConfigError(
+                "dk.workers in a Slurm allocation is not built yet. Fix: try it on this "
+                "machine, write it out with workers.script(path), and run that with "
+                "sbatch launch/slurm/multi_worker.sbatch (ddlkit.slurm)."
+            )
+        self.config = configure(plan.ENGINE, strategy, n, (), self.where, **options)
+        self.transcript = Transcript(strategy)
+        self.pending: cells.Pending | None = None
+        self._client: Any = None
+        self._killed: dict[str, str] = {}
+        self._pids: dict[str, int] = {}
+        self._saved_tf_config: str | None = None
+        self.started_at = time.monotonic()
+        prepared = prepare(self.config, self.where, live=live, label=f"live-{strategy}-{n}")
+        try:
+            self.names, spec = self._job(prepared)
+            job = Job.start(spec)
+        except BaseException:
+            prepared.close()
+            raise
+        self.run = Run(self.config, prepared.cluster, job, prepared.collector, prepared.preflight)
+        self.run.metric_workers = list(self.names)
+        try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self.ready_seconds = time.monotonic() - self.started_at
+
+    # -- starting ----------------------------------------------------------------------------
+    def _job(self, prepared) -> tuple[tuple[str, ...], Any]:
+        cluster, spec = prepared.cluster, prepared.spec
+        if self.strategy == "parameter_server":
+            return tuple(w.name for w in spec.workers if w.name != plan.CHIEF), plan.servers_job(
+                spec, self.config.python
+            )
+        names = plan.engine_names(self.strategy, self.config.workers, cluster)
+        args = plan.engine_args(spec.run_dir, names)
+        spec = type(spec)(
+            spec.run_id,
+            spec.run_dir,
+            tuple(_with_args(w, self.config.script, args) for w in spec.workers),
+        )
+        ip = "127.0.0.1"
+        if self.config.remote:
+            ip = remote.address_towards([h.name for h in self.config.hosts or ()])
+        plan.profile_dir(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        controller = plan.controller_spec(spec.run_dir, self.config.python, ip)
+        controller.cwd.mkdir(parents=True, exist_ok=True)
+        return names, plan.engines_job(spec, controller)
+
+    def _connect(self) -> None:
+        if self.strategy == "parameter_server":
+            self._serve_coordinator()
+            return
+        import ipyparallel as ipp
+
+        url = plan.client_file(self.run.run_dir)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not url.exists():
+            self._check_started()
+            self._check_deadline(deadline, "the controller to write its connection file")
+            time.sleep(0.05)
+        self._client = ipp.Client(str(url), timeout=READY_TIMEOUT)
+        while len(self._client.ids) < len(self.names):
+            self._check_started()
+            self._check_deadline(deadline, "every worker to connect")
+            time.sleep(0.05)
+        pids = self._client[:].apply_sync(os.getpid)
+        self._pids = dict(zip(self.names, pids, strict=True))
+
+    def _serve_coordinator(self) -> None:
+        """This notebook is the chief: its TF_CONFIG, kept to be restored on close."""
+        assert self.run.cluster is not None
+        env = plan.coordinator_env(self.run.cluster)
+        self._saved_tf_config = os.environ.get(contract.TF_CONFIG_VAR, "")
+        os.environ.update(env)
+        self.tf_config = env[contract.TF_CONFIG_VAR]
+
+    def _check_started(self) -> None:
+        if self.run.job.done:
+            raise WorkerDiedError(self._death_message())
+
+    def _check_deadline(self, deadline: float, what: str) -> None:
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {n} ---\n{self.run.tail(n, 5)}" for n in self.run.job.spec.names)
+            raise ConfigError(
+                f"waited {READY_TIMEOUT:.0f} s for {what}. Fix: read the logs below "
+                f"(whole logs in {self.run.run_dir}/logs), then dk.workers(...) again.\n{logs}"
+            )
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path:
+        return self.run.run_dir
+
+    @property
+    def client(self) -> Any:
+        """The ipyparallel Client (``workers.client[:]`` is a DirectView of every worker)."""
+        return self._client
+
+    def status_table(self):
+        return self.run.status_table()
+
+    def dashboard(self, **kwargs: Any):
+        """The live dashboard of what the workers' KerasReporter sends (as for a run)."""
+        return self.run.dashboard(**kwargs)
+
+    def records(self, worker: str | None = None):
+        return self.run.records(worker)
+
+    def tail(self, worker: str, n: int = 20) -> str:
+        return self.run.tail(worker, n)
+
+    def _ids(self, targets: Sequence[int | str] | int | str | None) -> tuple[int, ...]:
+        if targets is None or targets == "all":
+            return tuple(range(len(self.names)))
+        if isinstance(targets, int | str):
+            targets = [targets]
+        ids = []
+        for t in targets:
+            if isinstance(t, str) and t in self.names:
+                ids.append(self.names.index(t))
+            elif isinstance(t, int) and 0 <= t < len(self.names):
+                ids.append(t)
+            else:
+                raise ConfigError(
+                    f"targets: {t!r} is not a live worker. Fix: use a name "
+                    f"({', '.join(self.names)}) or a number 0-{len(self.names) - 1}."
+                )
+        return tuple(dict.fromkeys(ids))
+
+    # -- running cells ------------------------------------------------------------------------
+    def run_cell(self, code: str, targets: Sequence[int | str] | int | str | None = None) -> list:
+        """Run ``code`` on the workers ``targets`` (default: all), output labelled as it comes;
+        every worker's result of the last expression, by engine. What ``%%px`` does."""
+        if self._client is None:
+            raise ConfigError(
+                "a parameter-server job's workers are TensorFlow servers, not Python: this "
+                "notebook is the coordinator. Fix: run the coordinator's code in ordinary cells."
+            )
+        self._check_alive()
+        self._show_pending()
+        ids = self._ids(targets)
+        pending = cells.submit(self._client, code, ids, self.names)
+        alone = self.alone if len(ids) < len(self.names) else None
+        try:
+            results = cells.wait(pending, self.names, self._check_alive, self._interrupt, alone)
+        except cells.CollectiveWaitError:
+            self.pending = pending
+            raise
+        if len(ids) == len(self.names):
+            self.transcript.add(code)
+        return results
+
+    def _show_pending(self) -> None:
+        if self.pending is not None and self.pending.result.ready():
+            print("(the cell left running earlier has finished:)")
+            self.pending.labeller.finish()
+            self.pending = None
+
+    def _interrupt(self, targets: Sequence[int]) -> None:
+        print(f"interrupting {', '.join(self.names[t] for t in targets)} ...", flush=True)
+        self._client.send_signal("SIGINT", targets=list(targets), block=True)
+
+    def interrupt(self) -> None:
+        """Send SIGINT to every worker (a KeyboardInterrupt in the cell they run)."""
+        self._interrupt(range(len(self.names)))
+
+    def _check_alive(self) -> None:
+        """Raise WorkerDiedError when a worker has died: its name, exit code, log tail."""
+        job = self.run.job
+        if job.done or self._client is not None and len(self._client.ids) < len(self.names):
+            if not job.done:
+                job.wait(timeout=10) if self.strategy == "horovod" else time.sleep(0.3)
+            raise WorkerDiedError(self._death_message())
+
+    def _death_message(self) -> str:
+        job = self.run.job
+        failure = getattr(job, "_failure", None)
+        gone = [n for n in self.names if self._client is None or n not in self._alive_names()]
+        who = ", ".join(f"{n} ({self._killed[n]})" if n in self._killed else n for n in gone)
+        if isinstance(failure, WorkerFailedError):
+            body = str(failure).replace(", and launch again", "")
+        else:
+            body = "\n".join(f"--- {n}: last lines ---\n{self.run.tail(n, 10)}" for n in gone)
+        return (
+            f"live worker {who or 'process'} died. {body}\nFix: workers.restart() starts "
+            f"fresh workers with the same settings (then run the cells again from the first)."
+        )
+
+    def _alive_names(self) -> list[str]:
+        return [self.names[i] for i in self._client.ids if i < len(self.names)]
+
+    # -- acting -------------------------------------------------------------------------------
+    def kill(self, name: str) -> None:
+        """Kill worker ``name`` with SIGKILL, as a crash would (the fault lessons' way)."""
+        if name not in self.names:
+            raise ConfigError(f"no live worker {name!r}. Fix: use one of {', '.join(self.names)}.")
+        self._killed[name] = "SIGKILL sent by workers.kill"
+        if name in self.run.job.spec.names:
+            self.run.kill(name)
+        else:  # a Horovod rank: horovodrun's child, killed by its pid
+            os.kill(self._pids[name], signal.SIGKILL)
+
+    def restart(self) -> Workers:
+        """Fresh worker processes with the same settings (the old ones are ended first)."""
+        self.close()
+        n, strategy, where, options = self._args
+        fresh = Workers(n, strategy, where, **dict(options))
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def close(self) -> None:
+        """End every worker process and the controller; restore this kernel's TF_CONFIG."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if getattr(self, "run", None) is not None:
+            self.run.stop()
+        if self._saved_tf_config is not None:
+            if self._saved_tf_config:
+                os.environ[contract.TF_CONFIG_VAR] = self._saved_tf_config
+            else:
+                os.environ.pop(contract.TF_CONFIG_VAR, None)
+            self._saved_tf_config = None
+
+    def script(self, path: str | os.PathLike) -> Path:
+        """Write the cells run on every worker so far as one script (see `Transcript`)."""
+        return self.transcript.write(path, len(self.names))
+
+    def activate(self, suffix: str = "") -> Workers:
+        """Make ``%px``, ``%%px`` and ``%autopx`` run on these workers (done on start)."""
+        from ddlkit.interactive.magics import register
+
+        register(self, suffix)
+        return self
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _repr_html_(self) -> str:
+        return self.run._repr_html_()
+
+    def __repr__(self) -> str:
+        return f"<Workers {', '.join(self.names)}: {self.strategy}, {self.run.job.state}>"
+
+
+def _with_args(worker, script: Path, args: tuple[str, ...]):
+    """``worker`` whose command runs the engine script with ``args`` after it."""
+    import dataclasses
+
+    argv = list(worker.argv)
+    at = argv.index(str(script))
+    return dataclasses.replace(worker, argv=(*argv[: at + 1], *args, *argv[at + 1 :]))
+
+
+def workers(
+    n: int = 2,
+    *,
+    strategy: str = "multi_worker",
+    where: places.Where | None = None,
+    **options: Any,
+) -> Workers:
+    """``n`` live workers of ``strategy`` ``where`` asked (default: this machine, each pinned
+    to its own cores); ``%px``/``%%px`` run on them. ``options``: ``ps`` (parameter
+    servers), ``env`` (extra environment), ``horovod_transport``, ``live`` (the metrics
+    collector), ``alone`` (seconds to wait for a cell run on some workers only)."""
+    live = Workers(n, strategy, where, **options)
+    try:
+        from IPython import get_ipython
+
+        if get_ipython() is not None and live.client is not None:
+            live.activate()
+    except ImportError:
+        pass
+    return live
