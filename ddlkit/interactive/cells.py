@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddlkit.interactive.output import (
+from ddlkit.interactive.output import (  # noqa: F401  (CollectiveWaitError: re-exported)
     CellError,
     CollectiveWaitError,
     Labeller,

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipyparallel import error as ipp_error
+
 from ddlkit import contract
 from ddlkit import where as places
 from ddlkit.errors import ConfigError, WorkerFailedError
@@ -38,6 +40,7 @@ from ddlkit.launch.run import configure, prepare
 
 READY_TIMEOUT = 120.0  # seconds for every engine to connect
 ALONE = 30.0  # seconds a cell run on some workers only is waited for
+KILL_SEEN = 10.0  # seconds for a killed worker's death to reach the job and the controller
 
 
 class Workers:
@@ -209,6 +212,9 @@ class Workers:
         except cells.CollectiveWaitError:
             self.pending = pending
             raise
+        except ipp_error.CompositeError:  # an engine died during the cell
+            self._check_alive()
+            raise
         if len(ids) == len(self.names):
             self.transcript.add(code)
         return results
@@ -227,12 +233,16 @@ class Workers:
         """Send SIGINT to every worker (a KeyboardInterrupt in the cell they run)."""
         self._interrupt(range(len(self.names)))
 
+    def _dead(self) -> bool:
+        job = self.run.job
+        return job.done or self._client is not None and len(self._client.ids) < len(self.names)
+
     def _check_alive(self) -> None:
         """Raise WorkerDiedError when a worker has died: its name, exit code, log tail."""
-        job = self.run.job
-        if job.done or self._client is not None and len(self._client.ids) < len(self.names):
-            if not job.done:
-                job.wait(timeout=10) if self.strategy == "horovod" else time.sleep(0.3)
+        if self._dead():
+            deadline = time.monotonic() + KILL_SEEN  # the job's report of who died and how
+            while not self.run.job.done and time.monotonic() < deadline:
+                time.sleep(0.05)
             raise WorkerDiedError(self._death_message())
 
     def _death_message(self) -> str:
@@ -262,6 +272,9 @@ class Workers:
             self.run.kill(name)
         else:  # a Horovod rank: horovodrun's child, killed by its pid
             os.kill(self._pids[name], signal.SIGKILL)
+        deadline = time.monotonic() + KILL_SEEN
+        while time.monotonic() < deadline and not self._dead():  # until this notebook sees it
+            time.sleep(0.05)
 
     def restart(self) -> Workers:
         """Fresh worker processes with the same settings (the old ones are ended first)."""
