@@ -21,7 +21,7 @@ from ddlkit.errors import ConfigError
 BY_HAND = {
     "multi_worker": (
         "By hand, one shell per worker, each with the same cluster and its own task:\n"
-        "    TF_CONFIG='{{\"cluster\": {{\"worker\": [\"localhost:12345\", \"localhost:12346\"]}}, "
+        '    TF_CONFIG=\'{{"cluster": {{"worker": ["localhost:12345", "localhost:12346"]}}, '
         '"task": {{"type": "worker", "index": 0}}}}\' python {path}\n'
         "    (and index 1 in the second shell)"
     ),

@@ -73,6 +73,7 @@ class Workers:
         self._killed: dict[str, str] = {}
         self._pids: dict[str, int] = {}
         self._saved_tf_config: str | None = None
+        self.closed = False
         self.started_at = time.monotonic()
         prepared = prepare(self.config, self.where, live=live, label=f"live-{strategy}-{n}")
         try:
@@ -197,6 +198,11 @@ class Workers:
     def run_cell(self, code: str, targets: Sequence[int | str] | int | str | None = None) -> list:
         """Run ``code`` on the workers ``targets`` (default: all), output labelled as it comes;
         every worker's result of the last expression, by engine. What ``%%px`` does."""
+        if self.closed:
+            raise ConfigError(
+                "these workers were closed. Fix: workers.restart() for fresh ones with the same "
+                "settings, or dk.workers(...) again."
+            )
         if self._client is None:
             raise ConfigError(
                 "a parameter-server job's workers are TensorFlow servers, not Python: this "
@@ -286,6 +292,7 @@ class Workers:
 
     def close(self) -> None:
         """End every worker process and the controller; restore this kernel's TF_CONFIG."""
+        self.closed = True
         if self._client is not None:
             self._client.close()
             self._client = None
