@@ -22,6 +22,7 @@ from ddlkit.launch.spec import JobSpec, WorkerSpec
 
 ENGINE = Path(__file__).with_name("engine.py")  # an engine that is one worker (see engine.py)
 SERVER = Path(__file__).with_name("server.py")  # a ps or worker server of a PS job
+CONTROLLER = Path(__file__).with_name("controller.py")  # ipcontroller, its children tied to it
 PROFILE_DIR = "ipython"  # under the run dir: the controller's connection files (mode 0600)
 ENGINE_FILE = "ipcontroller-engine.json"
 CLIENT_FILE = "ipcontroller-client.json"
@@ -72,12 +73,14 @@ def controller_spec(
     name = contract.CONTROLLER
     argv = (
         python,
-        "-m",
-        "ipyparallel.controller",
+        str(CONTROLLER),
         f"--profile-dir={profile_dir(run_dir)}",
         f"--ip={ip}",
         "--log-level=WARN",
         "--IPController.ping=1000",  # ms between heartbeats: a killed engine is seen in ~1 s
+        # Its schedulers as threads, not 6 forked processes (controller.py ties the one
+        # child left, its heart monitor, to the controller's life).
+        "--IPController.use_threads=True",
     )
     return WorkerSpec(
         name=name,

@@ -255,6 +255,8 @@ class Workers:
         job = self.run.job
         failure = getattr(job, "_failure", None)
         gone = [n for n in self.names if self._client is None or n not in self._alive_names()]
+        if isinstance(failure, WorkerFailedError) and failure.worker == contract.CONTROLLER:
+            gone = [contract.CONTROLLER]  # the engines were stopped with it
         who = ", ".join(f"{n} ({self._killed[n]})" if n in self._killed else n for n in gone)
         if isinstance(failure, WorkerFailedError):
             body = str(failure).replace(", and launch again", "")
