@@ -225,6 +225,27 @@ class Workers:
             self.transcript.add(code)
         return results
 
+    def push(self, values: dict[str, Any]) -> None:
+        """Send ``values`` to every worker as variables (ipyparallel's ``DirectView.push``);
+        the script of :meth:`script` gets them as assignments, so only literals are taken."""
+        import ast
+
+        lines = []
+        for name, value in values.items():
+            try:
+                ok = name.isidentifier() and ast.literal_eval(repr(value)) == value
+            except (ValueError, SyntaxError):
+                ok = False
+            if not ok:
+                raise ConfigError(
+                    f"push: {name}={value!r} is not a name and a Python literal, so the script "
+                    f"could not say it. Fix: push numbers, strings, lists or dicts of them."
+                )
+            lines.append(f"{name} = {value!r}")
+        self._check_alive()
+        self._client[:].push(dict(values), block=True)
+        self.transcript.add("\n".join(lines))
+
     def _show_pending(self) -> None:
         if self.pending is not None and self.pending.result.ready():
             print("(the cell left running earlier has finished:)")
