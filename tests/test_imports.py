@@ -120,15 +120,16 @@ ONE_WAY = (
 
 
 def test_launch_strategies_spark_and_where_form_no_cycle_even_through_functions():
-    graph = {name: _top_level_imports(path, name, everywhere=True) for name, path in MODULES.items()}
+    graph = {
+        name: _top_level_imports(path, name, everywhere=True) for name, path in MODULES.items()
+    }
     for name in graph:
         graph[name] = {t for t in graph[name] if not name.startswith(t + ".")}
     cyclic = {m for component in _cycles(graph) for m in component}
     for user, used in ONE_WAY:
         inside = {m for m in cyclic if m == used or m.startswith(used + ".")}
         assert user not in cyclic and not inside, (
-            f"{user} and {used} import each other (counting imports in functions): "
-            f"{sorted(cyclic)}"
+            f"{user} and {used} import each other (counting imports in functions): {sorted(cyclic)}"
         )
 
 
