@@ -7,7 +7,8 @@ through an ssh config). ``kind="netns"|"user"`` chooses explicitly.
 ::
 
     with dk.hosts.demo_cluster(2) as demo:
-        run = dk.launch.start("launch/train_multi_worker.py", workers=2, **demo.launch_kwargs())
+        run = dk.launch.start("launch/train_multi_worker.py", workers=2,
+                              where=dk.where.Hosts.demo(demo))
         run.wait()
 
 In a notebook, where a ``with`` block cannot span cells: ``demo = dk.hosts.start_demo_cluster(2)``
@@ -90,7 +91,7 @@ class DemoCluster:
         return [h.name for h in self.hosts]
 
     def launch_kwargs(self, slots: int = 1) -> dict[str, Any]:
-        """Keyword arguments for ``dk.launch.start`` that run the job on these hosts.
+        """The settings of ``dk.where.Hosts`` that run a job on these hosts (`Hosts.demo`).
 
         User-mode hosts share one network stack (with everyone on this machine), so their
         TF servers need ports distinct across hosts (``distinct_ports``) from a block free

@@ -30,6 +30,7 @@ from ddlkit.errors import ConfigError, MissingSystemPackageError, WorkerFailedEr
 from ddlkit.hosts import demo, drills, userhosts
 from ddlkit.hosts.ssh import ssh_options_argv
 from ddlkit.launch import run as run_mod
+from ddlkit.where import Hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "launch" / "train_multi_worker.py"
@@ -183,9 +184,9 @@ def test_hosts_are_reached_by_name_with_plain_ssh_and_ddlkit(cluster):
 @pytest.mark.skipif(bool(_WHY), reason=_WHY or "")
 def test_a_host_that_stops_answering_fails_the_job_within_the_link_cut_bounds(cluster, tmp_path):
     ssh = dataclasses.replace(cluster.ssh, alive_interval=1, alive_count=3)
-    kw = {**cluster.launch_kwargs(), "ssh": ssh}
+    where = dataclasses.replace(Hosts.demo(cluster), ssh=ssh)
     run = run_mod.start(
-        TRAIN, workers=2, args=["--steps-per-epoch", "100000"], runs_dir=tmp_path, **kw
+        TRAIN, workers=2, args=["--steps-per-epoch", "100000"], runs_dir=tmp_path, where=where
     )
     try:
         assert wait_until(lambda: run.records("worker-1"), timeout=240), run.tail("worker-1")
