@@ -21,7 +21,8 @@ Worker names: ``<role>-<index>`` for TensorFlow tasks (:func:`task_name`),
 ``rank-<rank>`` for Horovod ranks (:func:`rank_name`), ``main`` for a mirrored run's
 one process, ``horovodrun`` for the process that starts the ranks, ``spark-driver`` for a
 Spark run's driver, ``ipcontroller`` for the controller of interactive workers
-(``dk.workers``); every name matches
+(``dk.workers``) and ``srun`` for the process that starts them in a Slurm allocation; every
+name matches
 :data:`NAME_PATTERN` (it names files).
 
 Run directory (:func:`log_path`, :func:`metrics_path`, :func:`result_path`, ...)::
@@ -87,6 +88,7 @@ MAIN = "main"  # a mirrored run's one process
 HOROVODRUN = "horovodrun"  # the process that starts a Horovod run's ranks
 SPARK_DRIVER = "spark-driver"  # the driver process of a Spark run (ddlkit.spark)
 CONTROLLER = "ipcontroller"  # the ipyparallel controller of interactive workers (dk.workers)
+SRUN = "srun"  # the srun that starts live workers as a Slurm job step's tasks (dk.workers)
 RANK_PREFIX = "rank-"
 
 

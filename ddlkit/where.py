@@ -155,11 +155,17 @@ class Hosts(Where):
 class Slurm(Where):
     """The tasks of a job step in this Slurm allocation (run from inside one: ``salloc``, or
     a batch script): ``srun`` starts them and each reads its rank, its TF_CONFIG
-    (`ddlkit.cluster.ClusterSpec`) and its name from ``SLURM_*``. ``port_base``: the TF
-    servers' first port on each node (default: from the job id)."""
+    (`ddlkit.cluster.ClusterSpec`) and its name from ``SLURM_*`` (``python -m ddlkit.slurm
+    exec``). ``port_base``: the TF servers' first port on each node (default: from the job
+    id). ``srun_args``: more of srun's options, e.g. ``("--cpus-per-task=1",)``.
+    ``collector_host``: this machine's address that the tasks reach (live metrics, and
+    ``dk.workers``' controller); default: loopback when every node of the allocation is this
+    machine, else ``"auto"`` (this machine's address towards the nodes; a token is made).
+    The run directory must be on a file system every node sees, as for ``ddlkit.slurm``."""
 
     port_base: int | None = None
     srun_args: tuple[str, ...] = ()
+    collector_host: str | None = None
 
     kind = "a Slurm allocation"
     environment = "environments.Slurm"
@@ -171,6 +177,13 @@ class Slurm(Where):
                 f"('--cpus-per-task=1',)."
             )
         object.__setattr__(self, "srun_args", tuple(str(a) for a in self.srun_args))
+        if self.port_base is not None and (
+            type(self.port_base) is not int or not 1024 <= self.port_base <= 65535 - 64
+        ):
+            raise ConfigError(
+                f"Slurm(port_base={self.port_base!r}): TensorFlow servers need unprivileged "
+                f"ports. Fix: pass a port from 1024 to {65535 - 64}, or None (from the job id)."
+            )
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,12 @@ class Pending:
     targets: tuple[int, ...]
 
 
-def submit(client: Any, code: str, targets: Sequence[int], names: Sequence[str]) -> Pending:
-    """Send ``code`` to the engines ``targets``; their messages go to a new Labeller."""
-    labeller = Labeller(names)
+def submit(
+    client: Any, code: str, targets: Sequence[int], names: Sequence[str], level: int = 0
+) -> Pending:
+    """Send ``code`` to the engines ``targets``; their messages go to a new Labeller (C++ log
+    lines below ``level`` hidden, `ddlkit.interactive.output.hidden`)."""
+    labeller = Labeller(names, level=level)
     result = client[list(targets)].execute(code, silent=False, block=False)
     for engine, child in zip(targets, result._children, strict=True):
         child.iopub_callbacks.append(labeller.callback(engine))

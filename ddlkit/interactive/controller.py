@@ -14,22 +14,14 @@ import sys
 if __name__ == "__main__" and sys.path and sys.path[0] == os.path.dirname(__file__):
     del sys.path[0]  # run as a file: this package's directory is not a place for imports
 
-import ctypes  # noqa: E402
-import ctypes.util  # noqa: E402
-import signal  # noqa: E402
+import functools  # noqa: E402
 
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In a forked child: SIGKILL when the process that forked it dies (Linux)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+from ddlkit.procs import die_with_parent  # noqa: E402
 
 
 def main() -> None:
     if sys.platform.startswith("linux"):
-        os.register_at_fork(after_in_child=die_with_parent)
+        os.register_at_fork(after_in_child=functools.partial(die_with_parent, os.getpid()))
     from ipyparallel.controller.app import main as launch_controller
 
     sys.argv = ["ipcontroller", *sys.argv[1:]]

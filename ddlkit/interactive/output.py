@@ -5,6 +5,13 @@ The engines' messages arrive on ipyparallel's I/O thread; :class:`Labeller` only
 there, and the notebook's own thread prints them (:meth:`Labeller.drain`), so the output
 lands under the cell that ran it. Whole lines are printed as they come, each as
 ``[worker-1] text``; a line still open at the end of the cell is printed then.
+
+TensorFlow's C++ start-up lines (oneDNN, CUDA probing: absl's ``I0000 ...`` format) reach a
+cell too, since an engine forwards what its process writes to its stderr: TF 2.21 logs them
+through absl before ``absl::InitializeLog()``, when absl prints every severity whatever
+``TF_CPP_MIN_LOG_LEVEL`` says (abseil/abseil-cpp#1957, open). :func:`hidden` applies that
+level itself: such lines below it stay in the worker's log (``workers.tail(name)``), not
+under the cell.
 """
 
 from __future__ import annotations
@@ -12,12 +19,18 @@ from __future__ import annotations
 import queue
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ddlkit.errors import DdlkitError
+from ddlkit.contract import CONTROLLER
+from ddlkit.errors import DdlkitError, WorkerFailedError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# absl's log line: severity, MMDD hh:mm:ss.micros, thread, file:line] (before absl is set
+# up, the time is "00:00:<seconds since 1970>": I0000 00:00:1795712599.724945 4762 port.cc:153])
+_ABSL = re.compile(r"([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] ")
+_ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to"
+SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}  # TF_CPP_MIN_LOG_LEVEL's numbers
 
 
 class CellError(DdlkitError):
@@ -50,6 +63,16 @@ def plain(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def hidden(line: str, level: int) -> bool:
+    """Whether ``line`` is a C++ log line that ``TF_CPP_MIN_LOG_LEVEL=level`` hides (absl's
+    format, severity below ``level``; absl's notice that it logs before being set up is a
+    warning) (pure)."""
+    if line.startswith(_ABSL_NOTICE):
+        return level > SEVERITY["W"]
+    found = _ABSL.match(line)
+    return found is not None and SEVERITY[found.group(1)] < level
+
+
 def label_lines(name: str, text: str) -> str:
     """Every line of ``text`` prefixed ``[name] `` (pure)."""
     return "".join(f"[{name}] {line}\n" for line in text.splitlines())
@@ -64,6 +87,31 @@ def failed_message(failed: dict[str, tuple[str, str]], others: Sequence[str]) ->
         f"under its name.{rest} The workers are still running with what the cell did before "
         f"it raised: fix the cell and run it again (a collective the others finished without "
         f"this worker may now wait for it: then workers.restart())."
+    )
+
+
+def death_message(
+    names: Sequence[str],
+    alive: Sequence[str],
+    killed: dict[str, str],
+    failure: WorkerFailedError | None,
+    tail: Callable[[str], str],
+) -> str:
+    """Which live worker died and how, and the way back (pure but for ``tail(name)``, a
+    log's last lines). ``alive``: the workers the controller still has; ``killed``: name ->
+    how it was killed on purpose; ``failure``: the job's (exit code or signal, log tail)."""
+    failed = failure.worker if failure is not None else None
+    gone = [n for n in names if n in killed or n not in alive or n == failed]
+    if failed == CONTROLLER:
+        gone = [CONTROLLER]  # the engines were stopped with it
+    who = ", ".join(f"{n} ({killed[n]})" if n in killed else n for n in gone)
+    if failure is not None:
+        body = str(failure).replace(", and launch again", "")
+    else:
+        body = "\n".join(f"--- {n}: last lines ---\n{tail(n)}" for n in gone)
+    return (
+        f"live worker {who or 'process'} died. {body}\nFix: workers.restart() starts "
+        f"fresh workers with the same settings (then run the cells again from the first)."
     )
 
 
@@ -85,12 +133,14 @@ def waiting_message(waiting: Sequence[str], absent: Sequence[str], seconds: floa
 class Labeller:
     """Collects one cell's engine messages (any thread) and prints them labelled (one thread).
 
-    ``names[i]`` is engine ``i``'s worker name.
+    ``names[i]`` is engine ``i``'s worker name; ``level``: the engines'
+    ``TF_CPP_MIN_LOG_LEVEL`` (C++ log lines below it are not shown, see :func:`hidden`).
     """
 
-    def __init__(self, names: Sequence[str], out: TextIO | None = None) -> None:
+    def __init__(self, names: Sequence[str], out: TextIO | None = None, level: int = 0) -> None:
         self.names = list(names)
         self.out = out
+        self.level = level
         self._queue: queue.SimpleQueue[tuple[int, dict[str, Any]]] = queue.SimpleQueue()
         self._open: dict[tuple[int, str], str] = {}
         self.errors: dict[str, tuple[str, str]] = {}
@@ -117,8 +167,14 @@ class Labeller:
         self.drain()
         for (engine, stream), text in sorted(self._open.items()):
             if text:
-                self._write(stream, label_lines(self.names[engine], text))
+                self._lines(stream, self.names[engine], text)
         self._open.clear()
+
+    def _lines(self, stream: str, name: str, text: str) -> None:
+        """Write ``text``'s lines labelled, without the hidden C++ log lines."""
+        shown = [line for line in text.split("\n") if not hidden(line, self.level)]
+        if shown:
+            self._write(stream, "".join(f"[{name}] {line}\n" for line in shown))
 
     def _write(self, stream: str, text: str) -> None:
         target = self.out or (sys.stderr if stream == "stderr" else sys.stdout)
@@ -135,7 +191,7 @@ class Labeller:
             done, _, rest = text.rpartition("\n")
             self._open[key] = rest
             if done or text.endswith("\n"):
-                self._write(content["name"], label_lines(name, done + "\n" if done else "\n"))
+                self._lines(content["name"], name, done)
         elif kind == "error":
             self.errors[name] = (content["ename"], content["evalue"])
             trace = plain("\n".join(content.get("traceback") or []))

@@ -8,6 +8,10 @@ each worker process is an engine instead of a training script. This module adds 
 process the launcher does not plan, the controller (:func:`controller_spec`), and, for a
 parameter-server job, takes the chief out (the notebook is the coordinator) and makes the
 ps and worker tasks plain TensorFlow servers (:data:`SERVER`).
+
+In a Slurm allocation (:func:`srun_spec`) the job is the controller and one local process,
+``srun``, whose tasks each run ``python -m ddlkit.slurm exec`` (TF_CONFIG, name and run
+directory from ``SLURM_*``: `ddlkit.environments.slurm.Slurm`) and then the engine.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ ENGINE_FILE = "ipcontroller-engine.json"
 CLIENT_FILE = "ipcontroller-client.json"
 URL_WAIT = 120.0  # seconds an engine waits for the controller's connection file
 STRATEGIES = ("multi_worker", "horovod", "parameter_server")
+SLURM_STRATEGIES = ("multi_worker",)  # what srun starts as live workers
 CHIEF = contract.task_name("chief", 0)
 
 
@@ -113,3 +118,60 @@ def servers_job(spec: JobSpec, python: str) -> JobSpec:
 def coordinator_env(cluster: ClusterSpec) -> dict[str, str]:
     """The TF_CONFIG of the chief: what this notebook sets to coordinate the servers."""
     return {contract.TF_CONFIG_VAR: cluster.tf_config_json(CHIEF)}
+
+
+def check_slurm(strategy: str, workers: int, nodes: tuple[tuple[str, int], ...]) -> None:
+    """ConfigError unless ``workers`` live workers of ``strategy`` fit the allocation's
+    ``nodes`` (node, tasks) as srun tasks (pure)."""
+    if strategy not in SLURM_STRATEGIES:
+        by_hand = {"horovod": "horovod.sbatch", "parameter_server": "parameter_server.sbatch"}
+        raise ConfigError(
+            f"dk.workers(strategy={strategy!r}) in a Slurm allocation: only "
+            f"{', '.join(SLURM_STRATEGIES)} workers are started as srun tasks. Fix: try it "
+            f"with dk.where.ThisMachine(), then sbatch launch/slurm/{by_hand[strategy]}."
+        )
+    tasks = sum(n for _, n in nodes)
+    if workers > tasks:
+        raise ConfigError(
+            f"dk.workers({workers}) in a Slurm allocation of {tasks} task(s) on "
+            f"{', '.join(h for h, _ in nodes)}: srun cannot start more tasks than it holds. "
+            f"Fix: dk.workers({tasks}, ...), or an allocation of {workers} (salloc -n {workers})."
+        )
+
+
+def srun_spec(
+    run_dir: Path,
+    python: str,
+    names: tuple[str, ...],
+    env: dict[str, str],
+    port_base: int | None = None,
+    srun_args: tuple[str, ...] = (),
+) -> WorkerSpec:
+    """``srun`` starting one task per worker of ``names`` (block layout, all ended when one
+    fails), each becoming its worker (``ddlkit.slurm exec``) and then its engine."""
+    name = contract.SRUN
+    ports = ("--port-base", str(port_base)) if port_base is not None else ()
+    argv = (
+        "srun",
+        f"--ntasks={len(names)}",
+        "--kill-on-bad-exit=1",
+        "--distribution=block",
+        *srun_args,
+        python,
+        "-m",
+        "ddlkit.slurm",
+        "exec",
+        *ports,
+        "--run-dir",
+        str(run_dir),
+        "--",
+        str(ENGINE),
+        *engine_args(run_dir, names),
+    )
+    return WorkerSpec(
+        name=name,
+        argv=argv,
+        env=env,
+        cwd=contract.work_dir(run_dir, name),
+        log_path=contract.log_path(run_dir, name),
+    )

@@ -1,7 +1,8 @@
 """Live workers for a notebook: ``dk.workers(n, strategy=..., where=...)``.
 
-The workers are a job of the launcher (`ddlkit.launch.run.prepare`: the strategy's plan,
-TF_CONFIG, Keras, threads, cores, the collector, preflight on other hosts; started by
+The workers are a job of the launcher (`ddlkit.interactive.start`: the strategy's plan
+through `ddlkit.launch.run.prepare`, TF_CONFIG, Keras, threads, cores, the collector,
+preflight on other hosts, or srun's tasks in a Slurm allocation; started by
 `ddlkit.launch.job.Job`: one fork place, children that die with this kernel). Each worker
 process is an ipyparallel engine (`ddlkit.interactive.plan`), so ``%%px`` runs a cell on
 every worker; the same job's controller connects them to this notebook's client.
@@ -9,7 +10,7 @@ every worker; the same job's controller connects them to this notebook's client.
 ::
 
     workers = dk.workers(2, strategy="multi_worker")
-    workers.run("import tensorflow as tf")        # what %%px does
+    workers.run_cell("import tensorflow as tf")   # what %%px does
     workers.kill("worker-1"); workers.restart(); workers.close()
 
 A parameter-server job has no engines: its ps and worker tasks are TensorFlow servers and
@@ -19,7 +20,6 @@ this notebook is the coordinator (``workers.tf_config`` is the chief's TF_CONFIG
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,18 +29,17 @@ from ipyparallel import error as ipp_error
 
 from ddlkit import contract
 from ddlkit import where as places
-from ddlkit.errors import ConfigError, WorkerFailedError
-from ddlkit.interactive import cells, plan
-from ddlkit.interactive.output import WorkerDiedError
+from ddlkit.errors import ConfigError
+from ddlkit.interactive import cells, plan, start
+from ddlkit.interactive.engine import log_level
+from ddlkit.interactive.output import WorkerDiedError, death_message
 from ddlkit.interactive.script import Transcript
-from ddlkit.launch import remote
-from ddlkit.launch.handle import Run
-from ddlkit.launch.job import Job
-from ddlkit.launch.run import configure, prepare
+from ddlkit.launch.run import configure
 
 READY_TIMEOUT = 120.0  # seconds for every engine to connect
 ALONE = 30.0  # seconds a cell run on some workers only is waited for
 KILL_SEEN = 10.0  # seconds for a killed worker's death to reach the job and the controller
+END_WAIT = 3.0  # seconds close() waits for the engines it killed to end before stopping the rest
 
 
 class Workers:
@@ -48,25 +47,14 @@ class Workers:
 
     def __init__(self, n: int, strategy: str, where: places.Where | None, **options: Any):
         plan.check_strategy(strategy)
-        self._args = (n, strategy, where, options)
+        self._args = (n, strategy, where, dict(options))  # restart() starts the same again
         self.strategy = strategy
-        self.where = where or places.ThisMachine()
         self.alone = options.pop("alone", ALONE)
         live = options.pop("live", True)
-        if isinstance(self.where, places.Spark):
-            raise ConfigError(
-                "dk.workers runs live workers on this machine, on hosts or in a Slurm "
-                "allocation; Spark runs scripts as tasks. Fix: try it with dk.workers here, "
-                "write it out with workers.script(path), then dk.launch.start(path, "
-                "where=dk.where.Spark(master))."
-            )
-        if isinstance(self.where, places.Slurm):
-            raise ConfigError(
-                "dk.workers in a Slurm allocation is not built yet. Fix: try it on this "
-                "machine, write it out with workers.script(path), and run that with "
-                "sbatch launch/slurm/multi_worker.sbatch (ddlkit.slurm)."
-            )
-        self.config = configure(plan.ENGINE, strategy, n, (), self.where, **options)
+        where = where or places.ThisMachine()
+        self.config = configure(plan.ENGINE, strategy, n, (), where, **options)
+        self.where = start.check(self.config, where)
+        self.log_level = log_level({**os.environ, **self.config.env})  # as the engines'
         self.transcript = Transcript(strategy)
         self.pending: cells.Pending | None = None
         self._client: Any = None
@@ -75,63 +63,20 @@ class Workers:
         self._saved_tf_config: str | None = None
         self.closed = False
         self.started_at = time.monotonic()
-        prepared = prepare(self.config, self.where, live=live, label=f"live-{strategy}-{n}")
+        self.names, self.run = start.start(
+            self.config, self.where, live=live, label=f"live-{strategy}-{n}"
+        )
         try:
-            self.names, spec = self._job(prepared)
-            job = Job.start(spec)
-        except BaseException:
-            prepared.close()
-            raise
-        self.run = Run(self.config, prepared.cluster, job, prepared.collector, prepared.preflight)
-        self.run.metric_workers = list(self.names)
-        try:
-            self._connect()
+            if strategy == "parameter_server":
+                self._serve_coordinator()
+            else:
+                self._client = start.wait_for_engines(self.run, self.names, READY_TIMEOUT)
+                pids = self._client[:].apply_sync(os.getpid)
+                self._pids = dict(zip(self.names, pids, strict=True))
         except BaseException:
             self.close()
             raise
         self.ready_seconds = time.monotonic() - self.started_at
-
-    # -- starting ----------------------------------------------------------------------------
-    def _job(self, prepared) -> tuple[tuple[str, ...], Any]:
-        cluster, spec = prepared.cluster, prepared.spec
-        if self.strategy == "parameter_server":
-            return tuple(w.name for w in spec.workers if w.name != plan.CHIEF), plan.servers_job(
-                spec, self.config.python
-            )
-        names = plan.engine_names(self.strategy, self.config.workers, cluster)
-        args = plan.engine_args(spec.run_dir, names)
-        spec = type(spec)(
-            spec.run_id,
-            spec.run_dir,
-            tuple(_with_args(w, self.config.script, args) for w in spec.workers),
-        )
-        ip = "127.0.0.1"
-        if self.config.remote:
-            ip = remote.address_towards([h.name for h in self.config.hosts or ()])
-        plan.profile_dir(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        controller = plan.controller_spec(spec.run_dir, self.config.python, ip)
-        controller.cwd.mkdir(parents=True, exist_ok=True)
-        return names, plan.engines_job(spec, controller)
-
-    def _connect(self) -> None:
-        if self.strategy == "parameter_server":
-            self._serve_coordinator()
-            return
-        import ipyparallel as ipp
-
-        url = plan.client_file(self.run.run_dir)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not url.exists():
-            self._check_started()
-            self._check_deadline(deadline, "the controller to write its connection file")
-            time.sleep(0.05)
-        self._client = ipp.Client(str(url), timeout=READY_TIMEOUT)
-        while len(self._client.ids) < len(self.names):
-            self._check_started()
-            self._check_deadline(deadline, "every worker to connect")
-            time.sleep(0.05)
-        pids = self._client[:].apply_sync(os.getpid)
-        self._pids = dict(zip(self.names, pids, strict=True))
 
     def _serve_coordinator(self) -> None:
         """This notebook is the chief: its TF_CONFIG, kept to be restored on close."""
@@ -140,18 +85,6 @@ class Workers:
         self._saved_tf_config = os.environ.get(contract.TF_CONFIG_VAR, "")
         os.environ.update(env)
         self.tf_config = env[contract.TF_CONFIG_VAR]
-
-    def _check_started(self) -> None:
-        if self.run.job.done:
-            raise WorkerDiedError(self._death_message())
-
-    def _check_deadline(self, deadline: float, what: str) -> None:
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {n} ---\n{self.run.tail(n, 5)}" for n in self.run.job.spec.names)
-            raise ConfigError(
-                f"waited {READY_TIMEOUT:.0f} s for {what}. Fix: read the logs below "
-                f"(whole logs in {self.run.run_dir}/logs), then dk.workers(...) again.\n{logs}"
-            )
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -211,7 +144,7 @@ class Workers:
         self._check_alive()
         self._show_pending()
         ids = self._ids(targets)
-        pending = cells.submit(self._client, code, ids, self.names)
+        pending = cells.submit(self._client, code, ids, self.names, self.log_level)
         alone = self.alone if len(ids) < len(self.names) else None
         try:
             results = cells.wait(pending, self.names, self._check_alive, self._interrupt, alone)
@@ -254,15 +187,22 @@ class Workers:
 
     def _interrupt(self, targets: Sequence[int]) -> None:
         print(f"interrupting {', '.join(self.names[t] for t in targets)} ...", flush=True)
-        self._client.send_signal("SIGINT", targets=list(targets), block=True)
+        self._client.send_signal("SIGINT", targets=list(targets), block=False)
 
     def interrupt(self) -> None:
         """Send SIGINT to every worker (a KeyboardInterrupt in the cell they run)."""
         self._interrupt(range(len(self.names)))
 
     def _dead(self) -> bool:
-        job = self.run.job
-        return job.done or self._client is not None and len(self._client.ids) < len(self.names)
+        """Whether a worker is gone: killed here, seen by the job (a process it started
+        ended) or by the controller (an engine left)."""
+        job, client = self.run.job, self._client
+        return (
+            bool(self._killed)
+            or job.done
+            or client is not None
+            and len(client.ids) < len(self.names)
+        )
 
     def _check_alive(self) -> None:
         """Raise WorkerDiedError when a worker has died: its name, exit code, log tail."""
@@ -270,39 +210,43 @@ class Workers:
             deadline = time.monotonic() + KILL_SEEN  # the job's report of who died and how
             while not self.run.job.done and time.monotonic() < deadline:
                 time.sleep(0.05)
-            raise WorkerDiedError(self._death_message())
-
-    def _death_message(self) -> str:
-        job = self.run.job
-        failure = getattr(job, "_failure", None)
-        gone = [n for n in self.names if self._client is None or n not in self._alive_names()]
-        if isinstance(failure, WorkerFailedError) and failure.worker == contract.CONTROLLER:
-            gone = [contract.CONTROLLER]  # the engines were stopped with it
-        who = ", ".join(f"{n} ({self._killed[n]})" if n in self._killed else n for n in gone)
-        if isinstance(failure, WorkerFailedError):
-            body = str(failure).replace(", and launch again", "")
-        else:
-            body = "\n".join(f"--- {n}: last lines ---\n{self.run.tail(n, 10)}" for n in gone)
-        return (
-            f"live worker {who or 'process'} died. {body}\nFix: workers.restart() starts "
-            f"fresh workers with the same settings (then run the cells again from the first)."
-        )
-
-    def _alive_names(self) -> list[str]:
-        return [self.names[i] for i in self._client.ids if i < len(self.names)]
+            alive = [self.names[i] for i in self._client.ids] if self._client else []
+            failure = self.run.job.failure
+            tail = lambda name: self.run.tail(name, 10)  # noqa: E731
+            raise WorkerDiedError(death_message(self.names, alive, self._killed, failure, tail))
 
     # -- acting -------------------------------------------------------------------------------
     def kill(self, name: str) -> None:
-        """Kill worker ``name`` with SIGKILL, as a crash would (the fault lessons' way)."""
+        """Kill worker ``name`` with SIGKILL, as a crash would (the fault lessons' way); the
+        next cell reports it (after up to `KILL_SEEN` s for the job to see how it ended)."""
         if name not in self.names:
             raise ConfigError(f"no live worker {name!r}. Fix: use one of {', '.join(self.names)}.")
-        self._killed[name] = "SIGKILL sent by workers.kill"
+        if self.closed or self._client is None and name not in self.run.job.spec.names:
+            raise ConfigError(
+                f"{name} is not a running process here. Fix: workers.restart() for fresh ones."
+            )
         if name in self.run.job.spec.names:
             self.run.kill(name)
-        else:  # a Horovod rank: horovodrun's child, killed by its pid
-            os.kill(self._pids[name], signal.SIGKILL)
-        deadline = time.monotonic() + KILL_SEEN
-        while time.monotonic() < deadline and not self._dead():  # until this notebook sees it
+        else:  # a rank of horovodrun or a task of srun, maybe on another host: by its nanny
+            self._client.send_signal("SIGKILL", targets=[self.names.index(name)], block=False)
+        self._killed[name] = "SIGKILL sent by workers.kill"
+
+    def _end_engines(self) -> None:
+        """SIGKILL every engine through its nanny, wherever it runs, then wait (at most
+        `END_WAIT` s) for the job's processes that stand for them to end. SIGTERM is not
+        enough: on TF 2.21 a MultiWorkerMirroredStrategy worker ignores it (TensorFlow's
+        coordination service takes it as a preemption notice), and on another host the
+        watchdog's SIGKILL would come only after ``close()`` returned."""
+        job = self.run.job
+        if job.done:
+            return
+        job.ending()
+        self._client.send_signal("SIGKILL", targets=list(self._client.ids), block=False)
+        engines = [n for n in job.spec.names if n != contract.CONTROLLER]
+        deadline = time.monotonic() + END_WAIT
+        while time.monotonic() < deadline and any(
+            job.status()[n].exit_code is None for n in engines
+        ):
             time.sleep(0.05)
 
     def restart(self) -> Workers:
@@ -317,6 +261,7 @@ class Workers:
         """End every worker process and the controller; restore this kernel's TF_CONFIG."""
         self.closed = True
         if self._client is not None:
+            self._end_engines()
             self._client.close()
             self._client = None
         if getattr(self, "run", None) is not None:
@@ -350,15 +295,6 @@ class Workers:
 
     def __repr__(self) -> str:
         return f"<Workers {', '.join(self.names)}: {self.strategy}, {self.run.job.state}>"
-
-
-def _with_args(worker, script: Path, args: tuple[str, ...]):
-    """``worker`` whose command runs the engine script with ``args`` after it."""
-    import dataclasses
-
-    argv = list(worker.argv)
-    at = argv.index(str(script))
-    return dataclasses.replace(worker, argv=(*argv[: at + 1], *args, *argv[at + 1 :]))
 
 
 def workers(

@@ -253,6 +253,17 @@ def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | 
     return config.strategy_impl.cluster(config, host)
 
 
+def common_env(config: LaunchConfig, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every process of a run gets (pure): the user's ``env``, the Keras choice, the
+    strategy's name and ``extra_env`` (the collector's address); a clash is a ConfigError."""
+    planned = {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
+    return {
+        **config.env,
+        **merge_checked(config.env, planned),
+        **merge_checked(config.env, extra_env or {}),
+    }
+
+
 def plan(
     config: LaunchConfig,
     cluster: ClusterSpec | None,
@@ -272,15 +283,10 @@ def plan(
     when Horovod can run over MPI here, else why not (`mpi_unavailable`).
     """
     run_dir = Path(run_dir)
-    planned = {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
     planner = Planner(
         config=config,
         run_dir=run_dir,
-        common={
-            **config.env,
-            **merge_checked(config.env, planned),
-            **merge_checked(config.env, extra_env or {}),
-        },
+        common=common_env(config, extra_env),
         cores=tuple(cores if config.cores is None else config.cores),
         gpus=tuple(gpus),
         horovodrun=horovodrun,

@@ -184,13 +184,15 @@ def configure(
 
 @dataclass
 class Prepared:
-    """A planned job not yet started: its config, cluster, collector (open) and spec."""
+    """A planned job not yet started: its config, cluster, collector (open) and spec, and
+    ``env``: what the launcher adds for every process (the collector's address, ...)."""
 
     config: plan.LaunchConfig
     cluster: ClusterSpec | None
     collector: Collector | None
     spec: JobSpec
     preflight: Preflight | None
+    env: dict[str, str]
 
     def close(self) -> None:
         """Close the collector (the job never started)."""
@@ -208,8 +210,10 @@ def prepare(
     collector_port: int = 0,
     token: str | None = None,
     extra_env: Mapping[str, str] | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> Prepared:
-    """Check the hosts (over SSH), open the collector and plan the job; nothing starts."""
+    """Check the hosts (over SSH), open the collector and plan the job; nothing starts.
+    ``cluster``: the TF cluster to plan with (default: the strategy's, `plan.cluster_for`)."""
     if config.cores is not None:
         devices.check_cores(config.cores, devices.local_cores())
     collector_host = getattr(where, "collector_host", None)
@@ -223,7 +227,7 @@ def prepare(
     no_mpi = "not asked for"
     if horovodrun is not None and config.horovod_transport != "gloo" and not config.remote:
         no_mpi = plan.mpi_unavailable(config.python)
-    cluster = plan.cluster_for(config)
+    cluster = plan.cluster_for(config) if cluster is None else cluster
     timeout = getattr(where, "preflight_timeout", None)
     checked = _preflight(config, cluster, timeout) if config.remote else None
     collector = (
@@ -252,7 +256,7 @@ def prepare(
         if collector is not None:
             collector.close()
         raise
-    return Prepared(config, cluster, collector, spec, checked)
+    return Prepared(config, cluster, collector, spec, checked, env)
 
 
 def _used_hosts(config: plan.LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:

@@ -228,6 +228,40 @@ def test_the_failure_drills_work_on_user_mode_hosts(cluster, tmp_path):
     assert drills.wait_idle(cluster, timeout=10) == [[], []]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(bool(_WHY), reason=_WHY or "")
+def test_live_workers_run_cells_on_both_hosts_and_close_leaves_nothing(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    """dk.workers on the demo hosts: one engine on each (over SSH), a cell's output from
+    both, an all-reduce across them; close ends everything on both hosts."""
+    import ddlkit as dk
+
+    monkeypatch.setenv("DDLKIT_RUNS", str(tmp_path / "runs"))
+    with dk.workers(2, strategy="multi_worker", where=Hosts.demo(cluster)) as live:
+        assert live.run.preflight.ok and [w.host for w in live.run.job.spec.workers[1:]] == (
+            cluster.addresses
+        )
+        live.run_cell(
+            "import os, tensorflow as tf\n"
+            "print('on', os.environ['SSH_CONNECTION'].split()[2])\n"
+            "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+            "one = tf.constant(1.0 + strategy.cluster_resolver.task_id)\n"
+            "print('sum', strategy.reduce('SUM', strategy.run(lambda: one), axis=None).numpy())"
+        )
+        out = capsys.readouterr().out
+        for i, address in enumerate(cluster.addresses):
+            assert f"[worker-{i}] on {address}" in out and f"[worker-{i}] sum 3.0" in out, out
+            assert cluster.processes(i), f"no engine on {address}"
+    # close ended the engines (and their nannies) on both hosts: what is left is sshd's
+    # session ending after its client, for moments
+    assert not [p for p in live.run.job.pids.values() if alive(p)]
+    left = lambda: [cluster.processes(i) for i in range(2)]  # noqa: E731
+    assert wait_until(lambda: left() == [[], []], timeout=2), [
+        [_describe(p) for p in pids] for pids in left()
+    ]
+
+
 def _describe(pid: int) -> str:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -15,7 +15,8 @@ from ddlkit.cluster import ClusterSpec
 from ddlkit.errors import ConfigError
 from ddlkit.interactive import plan
 from ddlkit.interactive.engine import engine_argv
-from ddlkit.interactive.output import Labeller, label_lines, waiting_message
+from ddlkit.interactive.engine import log_level as engine_log_level
+from ddlkit.interactive.output import Labeller, hidden, label_lines, waiting_message
 from ddlkit.interactive.script import Transcript
 from ddlkit.launch.run import resolve_where
 
@@ -75,6 +76,29 @@ def test_output_is_labelled_by_line_and_an_open_line_waits_for_its_end():
     labeller.finish()
     assert out.getvalue().endswith("[worker-1] tail\n")
     assert label_lines("rank-0", "x\ny") == "[rank-0] x\n[rank-0] y\n"
+
+
+def test_tensorflows_cpp_start_up_lines_below_the_engines_level_are_not_shown():
+    """TF 2.21 logs them through absl before it is set up, whatever TF_CPP_MIN_LOG_LEVEL says
+    (seen on the engines: the oneDNN and CUDA lines, then the cuInit error at the first op)."""
+    import io
+
+    lines = [
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1795712599.724945    4762 port.cc:153] oneDNN custom operations are on.",
+        "W1126 16:57:17.148123   12 cpu_feature_guard.cc:3] a warning",
+        "E0000 00:00:1795712611.881593    4762 cuda_platform.cc:52] failed call to cuInit",
+        "I0000 is how my line starts",
+        "INFO:tensorflow:Using MirroredStrategy",
+    ]
+    out = io.StringIO()
+    labeller = Labeller(["rank-0"], out, level=engine_log_level({}))
+    message = {"header": {"msg_type": "stream"}, "content": {"name": "stderr"}}
+    labeller.callback(0)({**message, "content": {"name": "stderr", "text": "\n".join(lines)}})
+    labeller.finish()
+    assert out.getvalue().splitlines() == [f"[rank-0] {line}" for line in lines[3:]]
+    assert [hidden(line, 0) for line in lines] == [False] * 6  # TF_CPP_MIN_LOG_LEVEL=0: all
+    assert engine_log_level({"TF_CPP_MIN_LOG_LEVEL": "3"}) == 3 and hidden(lines[3], 3)
 
 
 def test_the_lone_collective_message_names_who_waits_and_who_never_joined():

@@ -4,6 +4,7 @@ test process, and no process left when the process that made the workers is kill
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,9 @@ def test_horovod_collectives_over_mpi_show_each_ranks_result(runs, capsys):
             "print('sum', hvd.allreduce(tf.constant(1.0 + hvd.rank()), op=hvd.Sum).numpy())\n"
             "print('gather', hvd.allgather(tf.constant([hvd.rank()])).numpy().tolist())"
         )
-        out = capsys.readouterr().out
+        out, err = capsys.readouterr()
+        assert not re.search(r"^\[rank-\d\] I\d{4} ", out + err, re.M), err  # C++ start-up lines
+        assert "absl::InitializeLog" not in out + err
         for rank in (0, 1):
             assert f"[rank-{rank}] mpi True {rank} 2" in out
             assert f"[rank-{rank}] sum 3.0" in out and f"[rank-{rank}] gather [0, 1]" in out

@@ -7,6 +7,7 @@ and nothing left after close."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -51,6 +52,7 @@ history = model.fit(x, y, batch_size=16, epochs=2, verbose=0,
 print("epochs", len(history.history["loss"]))
 """
 PLAIN = [STRATEGY, ALLREDUCE, "print('total', float(total))"]
+CPP_INFO = re.compile(r"^(\[[\w-]+\] )?I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +68,11 @@ def workers(tmp_path_factory):
 def test_each_worker_has_its_tf_config_and_creates_the_strategy(workers, capsys):
     assert workers.names == ("worker-0", "worker-1")
     workers.run_cell(STRATEGY)
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "[worker-0] worker 0 2" in out and "[worker-1] worker 1 2" in out
+    # TensorFlow's C++ start-up lines (absl's "I0000 ...") stay in the worker's log
+    assert not CPP_INFO.search(out + err) and "absl::InitializeLog" not in out + err
+    assert CPP_INFO.search(workers.tail("worker-0", 400)), workers.tail("worker-0", 40)
 
 
 def test_a_variable_in_the_scope_is_mirrored_and_an_all_reduce_equal_on_both(workers, capsys):
