@@ -97,8 +97,8 @@ def death_message(
     failure: WorkerFailedError | None,
     tail: Callable[[str], str],
 ) -> str:
-    """Which live worker died and how, and the way back (pure but for ``tail(name)``, a
-    log's last lines). ``alive``: the workers the controller still has; ``killed``: name ->
+    """Which live worker died and how, and the way back (pure but for ``tail(name)``, the
+    last lines of its log). ``alive``: the workers the controller still has; ``killed``: name ->
     how it was killed on purpose; ``failure``: the job's (exit code or signal, log tail)."""
     failed = failure.worker if failure is not None else None
     gone = [n for n in names if n in killed or n not in alive or n == failed]
@@ -108,7 +108,7 @@ def death_message(
     if failure is not None:
         body = str(failure).replace(", and launch again", "")
     else:
-        body = "\n".join(f"--- {n}: last lines ---\n{tail(n)}" for n in gone)
+        body = "\n".join(f"--- {n} ---\n{tail(n)}" for n in gone)
     return (
         f"live worker {who or 'process'} died. {body}\nFix: workers.restart() starts "
         f"fresh workers with the same settings (then run the cells again from the first)."

@@ -19,6 +19,7 @@ this notebook is the coordinator (``workers.tf_config`` is the chief's TF_CONFIG
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -212,7 +213,7 @@ class Workers:
                 time.sleep(0.05)
             alive = [self.names[i] for i in self._client.ids] if self._client else []
             failure = self.run.job.failure
-            tail = lambda name: self.run.tail(name, 10)  # noqa: E731
+            tail = functools.partial(start.tail_of, self.run)
             raise WorkerDiedError(death_message(self.names, alive, self._killed, failure, tail))
 
     # -- acting -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ that die with this kernel). In a Slurm allocation the planned workers are replac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import time
@@ -126,6 +127,14 @@ def _with_args(worker: WorkerSpec, script: Path, args: tuple[str, ...]) -> Worke
     return dataclasses.replace(worker, argv=(*argv[: at + 1], *args, *argv[at + 1 :]))
 
 
+def tail_of(run: Run, name: str, n: int = 10) -> str:
+    """The last lines of worker ``name``'s log, or of the process that started it (a
+    Horovod rank's horovodrun, a Slurm task's srun), saying whose."""
+    started_by = [w for w in run.job.spec.names if w != contract.CONTROLLER]
+    own = name if name in run.job.spec.names else started_by[0]
+    return f"(last lines of {own}'s log)\n{run.tail(own, n)}"
+
+
 def wait_for_engines(run: Run, names: tuple[str, ...], timeout: float) -> Any:
     """The ipyparallel Client once every engine has connected (``timeout`` s at most); a
     dead worker (WorkerDiedError) or the timeout (ConfigError with every log's tail)."""
@@ -137,7 +146,8 @@ def wait_for_engines(run: Run, names: tuple[str, ...], timeout: float) -> Any:
 
     def check(what: str) -> None:
         if run.job.done:
-            raise WorkerDiedError(death_message(names, [], {}, run.job.failure, run.tail))
+            tail = functools.partial(tail_of, run)
+            raise WorkerDiedError(death_message(names, [], {}, run.job.failure, tail))
         if time.monotonic() > deadline:
             logs = "\n".join(f"--- {n} ---\n{run.tail(n, 5)}" for n in run.job.spec.names)
             raise ConfigError(

@@ -144,3 +144,48 @@ def test_launch_start_refuses_a_bad_where_before_anything_starts(tmp_path):
     with pytest.raises(ConfigError, match="started by srun"):
         dk.launch.start(SCRIPT, workers=1, where=where.Slurm(), runs_dir=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_in_a_slurm_allocation_the_workers_are_the_tasks_of_one_srun(tmp_path):
+    names = ("worker-0", "worker-1")
+    spec = plan.srun_spec(tmp_path, "/py", names, {"K": "v"}, 21000, ("--cpus-per-task=1",))
+    argv = list(spec.argv)
+    assert spec.name == "srun" and spec.env == {"K": "v"} and spec.cpus is None
+    assert argv[:5] == [
+        "srun", "--ntasks=2", "--kill-on-bad-exit=1", "--distribution=block", "--cpus-per-task=1"
+    ]  # fmt: skip
+    wrapper = argv[5 : argv.index("--")]
+    assert wrapper == ["/py", "-m", "ddlkit.slurm", "exec", "--port-base", "21000",
+                       "--run-dir", str(tmp_path)]  # fmt: skip
+    assert argv[argv.index("--") + 1 :] == [str(plan.ENGINE), *plan.engine_args(tmp_path, names)]
+    nodes = (("n1", 1), ("n2", 1))
+    plan.check_slurm("multi_worker", 2, nodes)
+    with pytest.raises(ConfigError, match=r"2 task\(s\) on n1, n2.*salloc -n 3"):
+        plan.check_slurm("multi_worker", 3, nodes)
+    with pytest.raises(ConfigError, match="sbatch launch/slurm/horovod.sbatch"):
+        plan.check_slurm("horovod", 2, nodes)
+    with pytest.raises(ConfigError, match="port_base=80"):
+        where.Slurm(port_base=80)
+
+
+def test_dk_workers_on_slurm_outside_an_allocation_is_one_error_and_starts_nothing(
+    tmp_path, monkeypatch
+):
+    for name in [n for n in __import__("os").environ if n.startswith("SLURM")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("DDLKIT_RUNS", str(tmp_path))
+    with pytest.raises(ConfigError, match="not inside a Slurm allocation.*salloc -n 2"):
+        dk.workers(2, strategy="multi_worker", where=where.Slurm())
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_dead_workers_message_names_it_with_the_log_of_what_started_it():
+    from ddlkit.interactive.output import death_message
+
+    said = death_message(
+        ["rank-0", "rank-1"], ["rank-0", "rank-1"], {"rank-1": "SIGKILL sent by workers.kill"},
+        None, lambda name: f"(last lines of horovodrun's log)\nbye from {name}",
+    )  # fmt: skip
+    assert said.startswith("live worker rank-1 (SIGKILL sent by workers.kill) died.")
+    assert "--- rank-1 ---\n(last lines of horovodrun's log)\nbye from rank-1" in said
+    assert said.endswith("(then run the cells again from the first).")
