@@ -1,7 +1,9 @@
 """``%px``, ``%%px`` and ``%autopx`` on live workers: ipyparallel's own magics, with the cell
 run by :meth:`ddlkit.interactive.session.Workers.run_cell` (output labelled with each
 worker's name, a dead worker or a lone collective reported), so a magic does nothing the
-Python API cannot. Its options are ipyparallel's (``--targets 1``, ``--targets ::2``, ...).
+Python API cannot. Of ipyparallel's options, ``--targets`` chooses the workers (``--targets
+1``, ``--targets 0,1``, ``--targets ::2``); a cell always runs to its end with its output
+under it, so ``--noblock`` and ``--local`` are refused, naming the Python call instead.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ipyparallel.client.magics import ParallelMagics
+
+from ddlkit.errors import ConfigError
 
 
 class WorkerMagics(ParallelMagics):
@@ -19,6 +23,12 @@ class WorkerMagics(ParallelMagics):
         super().__init__(shell, workers.client[:], suffix)
 
     def parallel_execute(self, cell: str, block: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if block is False:
+            raise ConfigError(
+                "%%px --noblock or --local: a cell on live workers runs to its end, its output "
+                "under it. Fix: drop the option; for a run in the background use "
+                "workers.client[:].execute(code, block=False) (ipyparallel's AsyncResult)."
+            )
         view = self.workers.client[:] if self.view is None else self.view
         targets = view.targets
         ids = None if targets in (None, "all") else targets

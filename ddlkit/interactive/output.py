@@ -119,7 +119,7 @@ def waiting_message(waiting: Sequence[str], absent: Sequence[str], seconds: floa
     """Who is still in a cell after the bounded wait, who never ran it, how to recover."""
     who = ", ".join(waiting)
     never = ", ".join(absent)
-    ids = " ".join(a.rpartition("-")[2] for a in absent)
+    ids = ",".join(a.rpartition("-")[2] for a in absent)
     return (
         f"{who} {'is' if len(waiting) == 1 else 'are'} still running this cell after "
         f"{seconds:.0f} s; {never} never joined (the cell was not run there). A collective "

@@ -104,7 +104,7 @@ def test_tensorflows_cpp_start_up_lines_below_the_engines_level_are_not_shown():
 def test_the_lone_collective_message_names_who_waits_and_who_never_joined():
     said = waiting_message(["worker-0"], ["worker-1", "worker-2"], 30)
     assert said.startswith("worker-0 is still running this cell after 30 s; worker-1, worker-2")
-    assert "%%px --targets 1 2" in said and "workers.restart()" in said
+    assert "%%px --targets 1,2" in said and "workers.restart()" in said
 
 
 def test_where_is_one_typed_object_checked_when_made():

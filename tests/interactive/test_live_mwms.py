@@ -119,6 +119,23 @@ def test_the_cells_written_out_run_under_launch_start_and_by_hand(workers, tmp_p
     assert all("total 3.0" in o for o in outs)
 
 
+def test_the_px_magic_runs_a_cell_on_the_workers_it_targets(workers, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        workers.activate()  # what dk.workers does in a notebook
+        done = shell.run_cell("%%px --targets 1\nprint('only', strategy.cluster_resolver.task_id)")
+        assert done.success, done.error_in_exec
+        out = capsys.readouterr().out
+        assert "[worker-1] only 1" in out and "[worker-0]" not in out
+        refused = shell.run_cell("%%px --noblock\nprint(1)")
+        assert isinstance(refused.error_in_exec, ConfigError)
+        assert "workers.client[:].execute" in str(refused.error_in_exec)
+    finally:
+        InteractiveShell.clear_instance()
+
+
 def test_a_cell_that_raises_on_one_worker_names_it_and_keeps_the_others_output(workers, capsys):
     code = (
         "print('before', strategy.cluster_resolver.task_id)\n1 / strategy.cluster_resolver.task_id"
