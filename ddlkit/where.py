@@ -9,7 +9,8 @@ backed by one of :mod:`ddlkit.environments`:
   with their SSH options, TF server ports and the collector's address on their network;
   :meth:`Hosts.demo` takes a demo cluster (`ddlkit.hosts.start_demo_cluster`);
 - :class:`Slurm` (`environments.Slurm`): the tasks of a job step of this Slurm allocation,
-  each reading who it is from ``SLURM_*``;
+  each reading who it is from ``SLURM_*`` (``dk.workers``; a script is run there by the
+  templates in ``launch/slurm/``, which ``dk.launch.start(where=Slurm())`` names);
 - :class:`Spark` (`environments.spark.Spark`): the tasks of a barrier stage on ``master``.
 
 ::

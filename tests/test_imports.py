@@ -116,6 +116,7 @@ ONE_WAY = (
     ("ddlkit.launch.run", "ddlkit.spark.submit"),
     ("ddlkit.launch.run", "ddlkit.where"),
     ("ddlkit.interactive.session", "ddlkit.launch.run"),
+    ("ddlkit.interactive.start", "ddlkit.launch.run"),
 )
 
 
