@@ -176,6 +176,8 @@ def test_dk_workers_on_slurm_outside_an_allocation_is_one_error_and_starts_nothi
     monkeypatch.setenv("DDLKIT_RUNS", str(tmp_path))
     with pytest.raises(ConfigError, match="not inside a Slurm allocation.*salloc -n 2"):
         dk.workers(2, strategy="multi_worker", where=where.Slurm())
+    with pytest.raises(ConfigError, match=r"Spark runs scripts.*where=dk.where.Spark\(master\)"):
+        dk.workers(2, strategy="multi_worker", where=where.Spark("local[2]"))
     assert not list(tmp_path.iterdir())
 
 
