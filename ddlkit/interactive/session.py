@@ -108,7 +108,12 @@ class Workers:
         return self.run.records(worker)
 
     def tail(self, worker: str, n: int = 20) -> str:
-        return self.run.tail(worker, n)
+        """The last ``n`` lines of ``worker``'s log, or of the process that started it (a
+        Horovod rank's horovodrun, a Slurm task's srun), saying whose."""
+        if worker not in self.names and worker not in self.run.job.spec.names:
+            known = ", ".join((*self.names, *self.run.job.spec.names))
+            raise ConfigError(f"no process {worker!r} here. Fix: use one of {known}.")
+        return start.tail_of(self.run, worker, n)
 
     def _ids(self, targets: Sequence[int | str] | int | str | None) -> tuple[int, ...]:
         if targets is None or targets == "all":

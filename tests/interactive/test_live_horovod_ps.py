@@ -44,6 +44,7 @@ def test_horovod_collectives_over_mpi_show_each_ranks_result(runs, capsys):
         for rank in (0, 1):
             assert f"[rank-{rank}] mpi True {rank} 2" in out
             assert f"[rank-{rank}] sum 3.0" in out and f"[rank-{rank}] gather [0, 1]" in out
+        assert workers.tail("rank-1").startswith("(last lines of horovodrun's log)")
         workers.kill("rank-1")
         with pytest.raises(WorkerDiedError) as err:
             workers.run_cell("print(1)")
