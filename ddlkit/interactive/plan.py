@@ -31,6 +31,7 @@ PROFILE_DIR = "ipython"  # under the run dir: the controller's connection files 
 ENGINE_FILE = "ipcontroller-engine.json"
 CLIENT_FILE = "ipcontroller-client.json"
 URL_WAIT = 120.0  # seconds an engine waits for the controller's connection file
+CONTROLLER_PORTS = 20  # the controller listens on 16 (ipyparallel 9.2: "at least 14")
 STRATEGIES = ("multi_worker", "horovod", "parameter_server")
 SLURM_STRATEGIES = ("multi_worker",)  # what srun starts as live workers
 CHIEF = contract.task_name("chief", 0)
@@ -71,16 +72,20 @@ def engine_args(run_dir: Path, names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def controller_spec(
-    run_dir: Path, python: str, ip: str, cpus: tuple[int, ...] | None = None
+    run_dir: Path, python: str, ip: str, first_port: int, cpus: tuple[int, ...] | None = None
 ) -> WorkerSpec:
     """The ipyparallel controller: listens on ``ip`` (loopback unless workers are on other
-    hosts), writes its connection files (with their key, mode 0600) under the run dir."""
+    hosts) on the :data:`CONTROLLER_PORTS` ports from ``first_port``, writes its connection
+    files (with their key, mode 0600) under the run dir. (Left to itself it picks each port
+    by binding port 0 and binds it again later: two controllers started at once took the
+    same one, and one died with "Address already in use".)"""
     name = contract.CONTROLLER
     argv = (
         python,
         str(CONTROLLER),
         f"--profile-dir={profile_dir(run_dir)}",
         f"--ip={ip}",
+        f"--IPController.ports={first_port}-{first_port + CONTROLLER_PORTS - 1}",
         "--log-level=WARN",
         "--IPController.ping=1000",  # ms between heartbeats: a killed engine is seen in ~1 s
         # Its schedulers as threads, not 6 forked processes (controller.py ties the one

@@ -34,6 +34,7 @@ from ddlkit.launch.run import Prepared, prepare
 from ddlkit.launch.spec import JobSpec, WorkerSpec
 
 LOOPBACK = "127.0.0.1"
+CONNECT_TRY = 5.0  # seconds one connection attempt to the controller waits for its answer
 
 
 def check(config: LaunchConfig, where: places.Where) -> places.Where:
@@ -64,12 +65,16 @@ def start(
 ) -> tuple[tuple[str, ...], Run]:
     """Start the job of live workers ``where`` says (checked by :func:`check` first): the
     engines' worker names in engine-id order, and the started `Run`."""
-    cluster = None
-    if not config.remote and not isinstance(where, places.Slurm):
-        cluster = server_ports(plan_cluster(config))
+    ip = controller_ip(config, where)
+    planned = None if config.remote or isinstance(where, places.Slurm) else plan_cluster(config)
+    # one block of ports free now, below the ephemeral range: this machine's TF servers
+    # (if any) first, then the controller's (see server_ports and plan.controller_spec)
+    tasks = len(planned.tasks) if planned is not None else 0
+    first = free_port_block(tasks + plan.CONTROLLER_PORTS, ip)
+    cluster = server_ports(planned, first)
     prepared = prepare(config, where, live=live, label=label, cluster=cluster)
     try:
-        names, spec = _job(prepared, where)
+        names, spec = _job(prepared, where, ip, first + tasks)
         job = Job.start(spec)
     except BaseException:
         prepared.close()
@@ -80,20 +85,31 @@ def start(
     return names, run
 
 
-def server_ports(cluster: ClusterSpec | None) -> ClusterSpec | None:
-    """``cluster`` (on this machine) moved to a block of ports free now in
-    `ddlkit.cluster.ports.SERVER_PORTS`: a live worker's TF server starts when a cell creates
+def controller_ip(config: LaunchConfig, where: places.Where) -> str:
+    """Where the controller listens: loopback, or this machine's address that the hosts
+    (or the allocation's nodes, as :func:`check` settled) reach."""
+    if isinstance(where, places.Slurm):
+        return where.collector_host or LOOPBACK
+    if config.remote:
+        return remote.address_towards([h.name for h in config.hosts or ()])
+    return LOOPBACK
+
+
+def server_ports(cluster: ClusterSpec | None, first: int) -> ClusterSpec | None:
+    """``cluster`` (on this machine) moved to the ports from ``first`` (a block free now in
+    `ddlkit.cluster.ports.SERVER_PORTS`): a live worker's TF server starts when a cell creates
     the strategy, maybe minutes later, and a port from the ephemeral range (where port 0's
     come from) may be taken by then by the engines' connections ("Could not start gRPC
     server", and the other worker waiting for it, were seen)."""
     if cluster is None:
         return None
-    base = free_port_block(len(cluster.tasks), LOOPBACK)
-    moved = (dataclasses.replace(t, port=base + i) for i, t in enumerate(cluster.tasks))
+    moved = (dataclasses.replace(t, port=first + i) for i, t in enumerate(cluster.tasks))
     return ClusterSpec(tuple(moved))
 
 
-def _job(prepared: Prepared, where: places.Where) -> tuple[tuple[str, ...], JobSpec]:
+def _job(
+    prepared: Prepared, where: places.Where, ip: str, first_port: int
+) -> tuple[tuple[str, ...], JobSpec]:
     config, spec = prepared.config, prepared.spec
     if config.strategy == "parameter_server":
         names = tuple(w.name for w in spec.workers if w.name != plan.CHIEF)
@@ -105,17 +121,13 @@ def _job(prepared: Prepared, where: places.Where) -> tuple[tuple[str, ...], JobS
         env = common_env(config, prepared.env)
         srun = plan.srun_spec(run_dir, config.python, names, env, where.port_base, where.srun_args)
         workers: tuple[WorkerSpec, ...] = (srun,)
-        ip = where.collector_host or LOOPBACK
     else:
         names = plan.engine_names(config.strategy, config.workers, prepared.cluster)
         args = plan.engine_args(run_dir, names)
         workers = tuple(_with_args(w, config.script, args) for w in spec.workers)
-        ip = LOOPBACK
-        if config.remote:
-            ip = remote.address_towards([h.name for h in config.hosts or ()])
     for worker in workers:
         worker.cwd.mkdir(parents=True, exist_ok=True)
-    controller = plan.controller_spec(run_dir, config.python, ip)
+    controller = plan.controller_spec(run_dir, config.python, ip, first_port)
     controller.cwd.mkdir(parents=True, exist_ok=True)
     return names, plan.engines_job(JobSpec(spec.run_id, run_dir, workers), controller)
 
@@ -159,7 +171,12 @@ def wait_for_engines(run: Run, names: tuple[str, ...], timeout: float) -> Any:
     while not url.exists():
         check("the controller to write its connection file")
         time.sleep(0.05)
-    client = ipp.Client(str(url), timeout=timeout)
+    while True:  # a controller that died after writing its file does not answer: ask again
+        try:
+            client = ipp.Client(str(url), timeout=CONNECT_TRY)
+            break
+        except TimeoutError:
+            check("the controller to answer")
     try:
         while len(client.ids) < len(names):
             check("every worker to connect")

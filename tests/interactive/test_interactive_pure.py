@@ -39,8 +39,9 @@ def test_engine_names_are_the_worker_tasks_or_the_ranks():
 
 
 def test_the_controller_listens_where_asked_and_its_files_stay_in_the_run_dir(tmp_path):
-    spec = plan.controller_spec(tmp_path, "/py", "127.0.0.1")
+    spec = plan.controller_spec(tmp_path, "/py", "127.0.0.1", 21000)
     assert spec.service and "--ip=127.0.0.1" in spec.argv
+    assert "--IPController.ports=21000-21019" in spec.argv
     assert f"--profile-dir={tmp_path / 'ipython'}" in spec.argv
     assert plan.client_file(tmp_path).is_relative_to(tmp_path)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -136,6 +138,21 @@ def test_the_px_magic_runs_a_cell_on_the_workers_it_targets(workers, capsys):
         InteractiveShell.clear_instance()
 
 
+def test_an_interrupt_stops_the_cell_on_every_worker(workers, capsys):
+    """Ctrl-C in the notebook (SIGINT here) interrupts the cell on every worker."""
+    timer = threading.Timer(5.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        workers.run_cell("import time\ntime.sleep(120)")
+    timer.join()
+    assert time.monotonic() - started < 60  # not the cell's 120 s
+    workers.run_cell("print('awake')")
+    out = capsys.readouterr().out
+    assert "interrupting worker-0, worker-1" in out
+    assert "[worker-0] awake" in out and "[worker-1] awake" in out
+
+
 def test_a_cell_that_raises_on_one_worker_names_it_and_keeps_the_others_output(workers, capsys):
     code = (
         "print('before', strategy.cluster_resolver.task_id)\n1 / strategy.cluster_resolver.task_id"
@@ -147,7 +164,7 @@ def test_a_cell_that_raises_on_one_worker_names_it_and_keeps_the_others_output(w
     assert "--- worker-0: ZeroDivisionError ---" in captured.err
     assert err.value.failed == {"worker-0": ("ZeroDivisionError", "division by zero")}
     assert "worker-1 ran it without error" in str(err.value)
-    assert len(workers.transcript.cells) == 4  # a failed cell is not written out
+    assert len(workers.transcript.cells) == 5  # a failed or interrupted cell is not written out
 
 
 def test_a_collective_on_one_worker_is_reported_after_the_bounded_wait(workers):
