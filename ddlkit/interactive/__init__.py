@@ -1,8 +1,9 @@
 """Live workers for a notebook (``dk.workers``): cells that run on every worker.
 
-Modules: :mod:`.plan` (the job: engines and their controller, pure), :mod:`.engine` and
-:mod:`.server` (a worker process's program), :mod:`.session` (`Workers`: start, run a
-cell, kill, restart, close), :mod:`.cells` (one cell's run and bounded wait),
+Modules: :mod:`.plan` (the job: engines and their controller, or srun's tasks; pure),
+:mod:`.start` (the checks, the job started, the wait for the engines), :mod:`.engine` and
+:mod:`.server` (a worker process's program), :mod:`.session` (`Workers`: run a cell, kill,
+restart, close), :mod:`.cells` (one cell's run and bounded wait),
 :mod:`.output` (labelled output and the failure messages), :mod:`.magics` (``%%px``),
 :mod:`.script` (the cells as one script). Names load on first use.
 """

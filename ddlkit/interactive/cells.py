@@ -3,9 +3,11 @@
 :func:`run_cell` sends the code to the chosen engines (ipyparallel's ``execute``), prints
 their output labelled as it arrives (`ddlkit.interactive.output.Labeller`) and waits,
 checking every 50 ms that no worker died. A cell on every worker waits as long as it runs
-(an interrupt stops it on every worker); a cell on some workers only waits ``alone``
-seconds, then says who is still in it and who never joined, and leaves it running
-(:class:`Pending`: its output shows with the next cell).
+(an interrupt stops it on every worker), unless it raised on one: then the others get
+``after_error`` seconds (they may wait for it in a collective forever). A cell on some
+workers only waits ``alone`` seconds, then says who is still in it and who never joined.
+Either way the cell is left running (:class:`Pending`: its output shows with the next
+cell).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ddlkit.interactive.output import (  # noqa: F401  (CollectiveWaitError: re-
     CollectiveWaitError,
     Labeller,
     failed_message,
+    stuck_message,
     waiting_message,
 )
 
@@ -54,22 +57,34 @@ def wait(
     check_alive: Callable[[], None],
     interrupt: Callable[[Sequence[int]], None],
     alone: float | None,
+    after_error: float,
 ) -> list[Any]:
     """Wait for ``pending``; its results by engine, or one clear error.
 
     ``check_alive`` raises when a worker died; ``interrupt(targets)`` sends them SIGINT;
-    ``alone``: seconds to wait for a cell run on only some workers (None: no bound).
+    ``alone``: seconds to wait for a cell run on only some workers (None: no bound);
+    ``after_error``: seconds to wait for the others once the cell raised on one (the
+    others may be waiting for it in a collective, which never ends).
     """
     started = time.monotonic()
     result, labeller = pending.result, pending.labeller
+    raised_at = None
     try:
         while not result.ready():
             labeller.drain()
             check_alive()
-            if alone is not None and time.monotonic() - started > alone:
+            now = time.monotonic()
+            if alone is not None and now - started > alone:
                 waiting = [names[t] for t in pending.targets]
                 absent = [n for i, n in enumerate(names) if i not in pending.targets]
                 raise CollectiveWaitError(waiting_message(waiting, absent, alone))
+            if labeller.errors:
+                raised_at = raised_at or now
+                if now - raised_at > after_error:
+                    children = zip(pending.targets, result._children, strict=True)
+                    running = [names[t] for t, child in children if not child.done()]
+                    said = stuck_message(labeller.errors, running, after_error)
+                    raise CollectiveWaitError(said)
             result.wait(POLL)  # returns as soon as the cell ends (a sleep added up to 50 ms)
     except KeyboardInterrupt:
         interrupt(pending.targets)

@@ -115,6 +115,21 @@ def death_message(
     )
 
 
+def stuck_message(
+    failed: dict[str, tuple[str, str]], running: Sequence[str], seconds: float
+) -> str:
+    """A cell that raised on ``failed`` workers while ``running`` ones are still in it (pure)."""
+    said = "; ".join(f"{w}: {e}: {m}" for w, (e, m) in failed.items())
+    who = ", ".join(running)
+    return (
+        f"the cell raised on {', '.join(failed)} ({said}; the traceback is above), and {who} "
+        f"{'is' if len(running) == 1 else 'are'} still running it {seconds:.0f} s later. A "
+        f"collective (strategy.run or reduce, fit, hvd.allreduce) waits for every worker, so "
+        f"{who} may wait forever for {', '.join(failed)}. Fix: workers.restart() for fresh "
+        f"workers; the cell's later output shows with the next cell."
+    )
+
+
 def waiting_message(waiting: Sequence[str], absent: Sequence[str], seconds: float) -> str:
     """Who is still in a cell after the bounded wait, who never ran it, how to recover."""
     who = ", ".join(waiting)

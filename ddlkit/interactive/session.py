@@ -153,7 +153,9 @@ class Workers:
         pending = cells.submit(self._client, code, ids, self.names, self.log_level)
         alone = self.alone if len(ids) < len(self.names) else None
         try:
-            results = cells.wait(pending, self.names, self._check_alive, self._interrupt, alone)
+            results = cells.wait(
+                pending, self.names, self._check_alive, self._interrupt, alone, self.alone
+            )
         except cells.CollectiveWaitError:
             self.pending = pending
             raise

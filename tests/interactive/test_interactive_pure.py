@@ -192,3 +192,11 @@ def test_a_dead_workers_message_names_it_with_the_log_of_what_started_it():
     assert said.startswith("live worker rank-1 (SIGKILL sent by workers.kill) died.")
     assert "--- rank-1 ---\n(last lines of horovodrun's log)\nbye from rank-1" in said
     assert said.endswith("(then run the cells again from the first).")
+
+
+def test_a_cell_that_raised_on_one_worker_while_others_wait_is_one_message():
+    from ddlkit.interactive.output import stuck_message
+
+    said = stuck_message({"worker-1": ("ValueError", "no")}, ["worker-0"], 30)
+    assert said.startswith("the cell raised on worker-1 (worker-1: ValueError: no;")
+    assert "worker-0 is still running it 30 s later" in said and "workers.restart()" in said

@@ -184,6 +184,41 @@ def test_restart_gives_fresh_processes_with_the_same_settings(workers, capsys):
     assert "[worker-1] worker 1 2" in capsys.readouterr().out
 
 
+def test_a_second_strategy_works_and_a_changed_cluster_breaks_both_until_restart(workers, capsys):
+    """What TF 2.21 does in live workers: a second MultiWorkerMirroredStrategy in the same
+    processes all-reduces, and so does the first; a cluster changed in TF_CONFIG (each worker
+    alone) makes worker 1 refuse ("Collective ops are already configured") while worker 0
+    restarts its server, after which the first strategy's collectives fail there ("group 1
+    not found ... the server has restarted") and worker 0 waits in them: reported after the
+    bound, left to workers.restart()."""
+    workers.run_cell(
+        "second = tf.distribute.MultiWorkerMirroredStrategy()\n"
+        "print('second', float(second.reduce('SUM', second.run(lambda: tf.constant(1.0)), "
+        "axis=None)), float(strategy.reduce('SUM', strategy.run(lambda: tf.constant(1.0)), "
+        "axis=None)))"
+    )
+    assert "[worker-0] second 2.0 2.0" in capsys.readouterr().out
+    with pytest.raises(CellError) as err:
+        workers.run_cell(
+            "import json, os\nc = json.loads(os.environ['TF_CONFIG'])\n"
+            "me = c['cluster']['worker'][c['task']['index']]\n"
+            "os.environ['TF_CONFIG'] = json.dumps("
+            "{'cluster': {'worker': [me]}, 'task': {'type': 'worker', 'index': 0}})\n"
+            "alone = tf.distribute.MultiWorkerMirroredStrategy()\n"
+            "print('alone', alone.num_replicas_in_sync)"
+        )
+    assert err.value.failed == {
+        "worker-1": ("ValueError", "Collective ops are already configured.")
+    }
+    assert "[worker-0] alone 1" in capsys.readouterr().out
+    with pytest.raises(CollectiveWaitError) as stuck:
+        workers.run_cell("strategy.reduce('SUM', strategy.run(lambda: tf.constant(1.0)), None)")
+    said = str(stuck.value)
+    assert "the cell raised on worker-1 (worker-1: FailedPreconditionError" in said
+    assert "the server has restarted" in said and "worker-0 is still running it 8 s later" in said
+    assert "workers.restart()" in said
+
+
 def test_a_killed_worker_is_named_with_its_exit_code_and_log_tail(workers):
     workers.kill("worker-1")
     with pytest.raises(WorkerDiedError) as err:
