@@ -87,7 +87,9 @@ def controller_spec(
         f"--ip={ip}",
         f"--IPController.ports={first_port}-{first_port + CONTROLLER_PORTS - 1}",
         "--log-level=WARN",
-        "--IPController.ping=1000",  # ms between heartbeats: a killed engine is seen in ~1 s
+        # ms between the hub's heartbeats (ipyparallel's default: 3000); it drops an engine
+        # silent for 10 of them, ~10 s (the job sees a process end sooner)
+        "--HeartMonitor.period=1000",
         # Its schedulers as threads, not 6 forked processes (controller.py ties the one
         # child left, its heart monitor, to the controller's life).
         "--IPController.use_threads=True",
