@@ -44,7 +44,7 @@ def measure(demo, strategy: str, runs_dir: str, timeout: float) -> tuple[float, 
         workers=2,
         args=["--steps-per-epoch", "100000"],
         runs_dir=runs_dir,
-        **demo.launch_kwargs(),
+        where=dk.where.Hosts.demo(demo),
     )
     try:
         deadline = time.monotonic() + timeout

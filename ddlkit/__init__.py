@@ -28,6 +28,7 @@ _SUBMODULES = {
     "faults",
     "horovod",
     "hosts",
+    "interactive",
     "k8s",
     "launch",
     "lesson",
@@ -45,7 +46,10 @@ _SUBMODULES = {
     "slurm",
     "spark",
     "strategies",
+    "where",
 }
+# Functions of a submodule offered at the top: dk.workers(2, strategy=...).
+_FUNCTIONS = {"workers": "ddlkit.interactive.session"}
 
 
 def __getattr__(name: str):
@@ -53,8 +57,12 @@ def __getattr__(name: str):
         module = importlib.import_module(f"ddlkit.{name}")
         globals()[name] = module
         return module
+    if name in _FUNCTIONS:
+        value = getattr(importlib.import_module(_FUNCTIONS[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'ddlkit' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_SUBMODULES))
+    return sorted(list(globals()) + list(_SUBMODULES) + list(_FUNCTIONS))

@@ -144,7 +144,6 @@ def _runs_dir(arg: Path | None) -> Path:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from ddlkit.hosts import SshOptions
-    from ddlkit.launch import plan
     from ddlkit.launch import run as run_mod
 
     script_args = list(args.script_args)
@@ -169,24 +168,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             workers=args.workers,
             args=script_args,
-            hosts=args.hosts,
-            hostfile=args.hostfile,
+            where=_where(args, ssh),
             ps=args.ps,
             label=args.label,
             live=not args.no_live,
-            pin_cores=not args.no_pin,
             runs_dir=args.runs_dir,
             collector_port=args.collector_port,
-            collector_host=args.collector_host,
-            ssh=ssh,
-            base_port=plan.BASE_PORT if args.base_port is None else args.base_port,
-            distinct_ports=args.distinct_ports,
-            network_interface=args.network_interface,
-            python=args.python,
-            cores=args.cores,
             env=dict(args.env),
-            engine=args.engine,
-            master=args.master,
             horovod_transport=args.horovod_transport,
         )
         if run.preflight is not None:
@@ -209,6 +197,27 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print(f"metrics plot: {out}")
     print(f"finished in {result.duration:.1f} s")
     return 0
+
+
+def _where(args: argparse.Namespace, ssh: object):
+    """The `ddlkit.where.Where` the launch flags say (the same keywords launch.start took)."""
+    given = {
+        "hosts": args.hosts,
+        "hostfile": args.hostfile,
+        "ssh": ssh,
+        "collector_host": args.collector_host,
+        "network_interface": args.network_interface,
+        "base_port": args.base_port,
+        "distinct_ports": args.distinct_ports or None,
+        "python": args.python,
+        "cores": args.cores,
+        "pin_cores": False if args.no_pin else None,
+        "engine": args.engine,
+        "master": args.master,
+    }
+    from ddlkit.where import from_keywords
+
+    return from_keywords({k: v for k, v in given.items() if v is not None})
 
 
 @contextlib.contextmanager

@@ -1,11 +1,33 @@
 """Processes on this machine seen through /proc: who descends from whom (Linux only).
 
-Used to find and end what a job left (ddlkit.spark's workers, a user-mode host's sessions)."""
+Used to find and end what a job left (ddlkit.spark's workers, a user-mode host's sessions);
+:func:`die_with_parent` ties a child that a library starts to its parent's life (the live
+workers' controller and engines, `ddlkit.interactive`)."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 from collections.abc import Collection
 from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+# libc is loaded here, in the parent: a child between fork and exec must not load libraries.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a just-forked child: SIGKILL when ``parent_pid`` (the process, strictly the thread,
+    that forked it) dies, by Linux's ``PR_SET_PDEATHSIG``; ends at once if that parent has
+    already gone. Elsewhere than Linux: nothing."""
+    if _LIBC is None:
+        return
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(128 + signal.SIGKILL)
 
 
 def _children_map() -> dict[int, list[int]]:

@@ -12,6 +12,7 @@ from harness.procutil import wait_until
 from ddlkit import faults
 from ddlkit.errors import ConfigError, DdlkitError, JobTimeoutError, WorkerFailedError
 from ddlkit.launch import run as run_mod
+from ddlkit.where import ThisMachine
 
 # -- chief-only files --------------------------------------------------------------------------
 
@@ -119,6 +120,7 @@ def test_list_files_shows_relative_paths_and_sizes(tmp_path):
 
 # A worker that reports like a ResumeReporter, without TensorFlow:
 # `--backups N` backup events 0.3 s apart, then `--then sleep|exit0|exit3`.
+UNPINNED = ThisMachine(pin_cores=False)  # fake workers: no cores of their own
 FAKE_WORKER = textwrap.dedent(
     """
     import argparse, os, sys, time
@@ -153,7 +155,7 @@ def start_fake(tmp_path):
 
     def start(*args: str, workers: int = 2):
         run = run_mod.start(
-            script, workers=workers, args=args, runs_dir=tmp_path / "runs", pin_cores=False
+            script, workers=workers, args=args, runs_dir=tmp_path / "runs", where=UNPINNED
         )
         runs.append(run)
         return run
@@ -218,7 +220,7 @@ def test_resume_points_name_every_worker_live_and_from_the_files(start_fake):
 def test_resume_points_of_a_run_without_the_event_is_a_clear_error(tmp_path):
     script = tmp_path / "quiet.py"
     script.write_text("print('no records')\n")
-    run = run_mod.start(script, workers=1, runs_dir=tmp_path / "runs", pin_cores=False)
+    run = run_mod.start(script, workers=1, runs_dir=tmp_path / "runs", where=UNPINNED)
     run.wait(timeout=60)
     with pytest.raises(DdlkitError, match="ResumeReporter"):
         faults.resume_points(run)

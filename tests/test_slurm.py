@@ -490,6 +490,39 @@ def test_real_slurm_parameter_server_template_ends_its_servers(mini_slurm, data_
 
 
 @pytest.mark.slow
+def test_real_slurm_live_workers_are_srun_tasks_of_the_allocation(mini_slurm, tmp_path):
+    """dk.workers(where=dk.where.Slurm()) in an allocation (salloc): the engines are the
+    tasks of one srun step, each with the TF_CONFIG ddlkit.slurm gives; cells, an
+    all-reduce, a killed worker, restart; nothing left after close or a killed kernel."""
+    script = ROOT / "tests" / "harness" / "slurmworkers.py"
+    done = mini_slurm.run(
+        ["salloc", "--ntasks=2", "--time=10", sys.executable, str(script)],
+        cwd=ROOT, timeout=600, env={"DDLKIT_RUNS": str(tmp_path / "runs")},
+    )  # fmt: skip
+    lines = [x for x in done.stdout.splitlines() if x.startswith("SLURMWORKERS ")]
+    assert done.returncode == 0 and lines, (done.stdout[-3000:], done.stderr[-3000:])
+    out = json.loads(lines[0].removeprefix("SLURMWORKERS "))
+    job = int(out["job"])
+    assert out["names"] == ["worker-0", "worker-1"] and out["processes"] == ["ipcontroller", "srun"]
+    assert out["address"] == "127.0.0.1"  # every node of the allocation is this machine
+    base = slurm.default_port_base(job)
+    cluster = {"worker": [f"{mini_slurm.node}:{base}", f"{mini_slurm.node}:{base + 1}"]}
+    shown = {}
+    for line in out["shown"]:  # [worker-i] task PROCID STEP NAME TF_CONFIG
+        label, _, procid, step, name, tf_config = line.split(" ", 5)
+        shown[label] = (procid, step, name, json.loads(tf_config))
+    assert shown == {
+        f"[worker-{i}]": (str(i), "0", f"worker-{i}", {"cluster": cluster, "task": task})
+        for i, task in enumerate([{"type": "worker", "index": 0}, {"type": "worker", "index": 1}])
+    }, out["shown"]
+    assert sorted(out["sum"]) == ["[worker-0] sum 3.0", "[worker-1] sum 3.0"], out
+    said = out["after_kill"]
+    assert "worker-1 (SIGKILL sent by workers.kill) died" in said and "workers.restart()" in said
+    assert sorted(out["restarted"]) == ["[worker-0] fresh 1", "[worker-1] fresh 1"], out
+    assert out["left"] == [] and out["kernel_killed_left"] == [], out
+
+
+@pytest.mark.slow
 def test_real_slurm_bad_script_fails_the_step_with_the_fix(mini_slurm, tmp_path):
     proc = mini_slurm.run(
         ["srun", "-n", "2", sys.executable, "-m", "ddlkit.slurm", "exec", "--", "no/such.py"],

@@ -5,10 +5,10 @@
 
 The one place that starts processes for a benchmark. Fairness on a small machine: a
 case with N workers gets the first N x k cores (k = cores per worker, the same in every
-case), passed as ``start(cores=...)``: the launcher pins each worker to its own of them
-with matching thread counts and confines the processes it does not pin (the mirrored and
-single-device process, PS chief and ps tasks, horovodrun) to that core set. horovodrun
-starts its ranks itself, so the launcher gives it one core list per local rank in
+case), passed as ``start(where=ThisMachine(cores=...))``: the launcher pins each worker to
+its own of them with matching thread counts and confines the processes it does not pin
+(the mirrored and single-device process, PS chief and ps tasks, horovodrun) to that core
+set. horovodrun starts its ranks itself, so the launcher gives it one core list per local rank in
 ``DDLKIT_RANK_CPUS`` and each rank pins itself in ``ddlkit.horovod.init()``
 (:mod:`ddlkit.horovod.pinning`). Horovod's timeline goes in ``start(env=...)``. This
 process's environment and CPU affinity are left alone. What the machine's other
@@ -41,6 +41,7 @@ from ddlkit.bench.stats import (
 from ddlkit.errors import DdlkitError, JobTimeoutError
 from ddlkit.launch import devices, plan
 from ddlkit.launch.runs import new_run_id
+from ddlkit.where import ThisMachine
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_DIR = ROOT / "launch"
@@ -91,7 +92,7 @@ def run_case_once(
         args=case.args(),
         runs_dir=runs_dir,
         label=case.name,
-        cores=cpus,
+        where=ThisMachine(cores=cpus),
         env=env,
     )
     try:

@@ -42,6 +42,36 @@ def _pick_ports(counts: dict[str, int]) -> dict[str, list[int]]:
     return picked
 
 
+# Ports servers may keep for a while: below Linux's ephemeral range (ip_local_port_range,
+# 32768-60999 by default), which the kernel hands to outgoing connections and to port 0,
+# and below zmq's random ports (49152-65535): a port picked there and bound minutes later
+# (a live worker's TF server, created when a cell makes the strategy) may be taken by then.
+SERVER_PORTS = (20000, 32768)
+
+
+def free_port_block(count: int, host: str = "", tries: int = 200) -> int:
+    """A port ``p`` with ``p .. p + count - 1`` free on ``host`` now (``""``: every address),
+    all in :data:`SERVER_PORTS`; tried at random places, ConfigError after ``tries``."""
+    import random
+
+    low, high = SERVER_PORTS
+    family, _ = _sockaddr(host or "0.0.0.0", 0)
+    for _ in range(tries):
+        first = random.randrange(low, high - count)
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return first
+    raise ConfigError(
+        f"no {count} free consecutive ports between {low} and {high} on {host or 'this machine'} "
+        f"after {tries} tries. Fix: end what holds them, or pass base_port= yourself."
+    )
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports that are free on ``host`` right now.
 

@@ -201,6 +201,24 @@ def _check_block_layout(step: SlurmStep) -> None:
         )
 
 
+ALLOCATION_FIX = (
+    "Fix: start Python or JupyterLab inside an allocation, e.g. `salloc -n 2` then `jupyter "
+    "lab` in the shell it opens (or in a batch script), or use dk.where.ThisMachine() here."
+)
+
+
+def allocation(environ: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """The (node, tasks) of the Slurm allocation this process runs in (``salloc``, a batch
+    script), in Slurm's node order; ConfigError naming what is missing outside one."""
+    missing = [v for v in ("SLURM_JOB_ID", *JOB_VARS) if not environ.get(v)]
+    if missing:
+        raise ConfigError(
+            f"not inside a Slurm allocation: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set. {ALLOCATION_FIX}"
+        )
+    return _node_tasks(environ, "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE")
+
+
 def default_port_base(job_id: int) -> int:
     """The first port of a job's workers on each node: ``20000 + 20 * (job_id % 638)``,
     so every job's ports lie below Linux's ephemeral range (:data:`EPHEMERAL_FLOOR`)."""

@@ -24,7 +24,7 @@ from ddlkit.errors import ConfigError
 TASK_VARS = ("SPARK_BUFFER_SIZE", "SPARK_AUTH_SOCKET_TIMEOUT")
 INSIDE_FIX = (
     "Fix: call it inside a barrier stage's task, e.g. "
-    "rdd.barrier().mapPartitions(fn) or dk.launch.start(..., engine='spark')."
+    "rdd.barrier().mapPartitions(fn) or dk.launch.start(..., where=dk.where.Spark(master))."
 )
 
 

@@ -7,7 +7,8 @@ through an ssh config). ``kind="netns"|"user"`` chooses explicitly.
 ::
 
     with dk.hosts.demo_cluster(2) as demo:
-        run = dk.launch.start("launch/train_multi_worker.py", workers=2, **demo.launch_kwargs())
+        run = dk.launch.start("launch/train_multi_worker.py", workers=2,
+                              where=dk.where.Hosts.demo(demo))
         run.wait()
 
 In a notebook, where a ``with`` block cannot span cells: ``demo = dk.hosts.start_demo_cluster(2)``
@@ -91,7 +92,7 @@ class DemoCluster:
         return [h.name for h in self.hosts]
 
     def launch_kwargs(self, slots: int = 1) -> dict[str, Any]:
-        """Keyword arguments for ``dk.launch.start`` that run the job on these hosts.
+        """The settings of ``dk.where.Hosts`` that run a job on these hosts (`Hosts.demo`).
 
         ``base_port``: the first TF server port (each host's tasks use ``base_port``,
         ``base_port + 1``, ...). Namespaced hosts use the launcher's default. User-mode hosts

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddlkit import procs
+from ddlkit.cluster import ports
 from ddlkit.errors import ConfigError, MissingSystemPackageError
 from ddlkit.hosts import sshd
 from ddlkit.hosts.ssh import SshOptions
@@ -217,26 +218,11 @@ def free_port(address: str) -> int:
         return s.getsockname()[1]
 
 
-def free_port_block(count: int, *, tries: int = 50) -> int:
+def free_port_block(count: int, *, tries: int = 200) -> int:
     """A port ``p`` with ``p .. p + count - 1`` free on every address (one network stack:
-    TF servers bind them all), for ``base_port``; ConfigError after ``tries`` attempts."""
-    for _ in range(tries):
-        first = free_port("")
-        if first + count > 65535 - 64:
-            continue
-        held = []
-        try:
-            for port in range(first, first + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise ConfigError(f"user-mode hosts: no {count} free consecutive ports found; retry")
+    TF servers bind them all), for ``base_port``: below the ephemeral range, where no
+    outgoing connection takes one before the servers start (`ddlkit.cluster.ports`)."""
+    return ports.free_port_block(count, "", tries)
 
 
 def check_plan(p: UserPlan) -> None:

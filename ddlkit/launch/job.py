@@ -150,6 +150,11 @@ class Job:
         """The :class:`JobResult` once the job has ended, else None."""
         return self._result
 
+    @property
+    def failure(self) -> WorkerFailedError | None:
+        """What stopped the job: the first worker that failed (what ``wait()`` raises)."""
+        return self._failure
+
     def _status(self, p: WorkerProcess, poll: bool) -> WorkerStatus:
         code = p.poll() if poll else p.returncode
         step = self._step(p.spec.name)
@@ -237,6 +242,15 @@ class Job:
         self._stop_asked = True
         self._stop_workers(self.grace if grace is None else grace)
         return self._finalize()
+
+    def ending(self) -> None:
+        """Say the workers are being ended on purpose by other means than :meth:`stop`
+        (``dk.workers`` kills its engines through ipyparallel first): a worker that ends
+        from now on is stopped, not failed. :meth:`stop` ends what is left."""
+        with self._lock:
+            self._stop_asked = True
+            for p in self._procs.values():
+                p.stop_requested = True
 
     def _stop_workers(self, grace: float) -> None:
         live = [p for p in self._procs.values() if p.poll() is None]

@@ -33,10 +33,10 @@ from ddlkit.strategies.horovod import TRANSPORTS
 from ddlkit.strategies.horovod import find_horovodrun as find_horovodrun
 from ddlkit.strategies.horovod import horovodrun_argv as horovodrun_argv
 from ddlkit.strategies.horovod import mpi_unavailable as mpi_unavailable
+from ddlkit.where import BASE_PORT as BASE_PORT  # re-exported
 
 STRATEGIES = strategies.BUILTIN  # ddlkit.strategies.names(): the registered ones
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
 # What the launcher sets in a worker itself: LaunchConfig.env may not set these.
 LAUNCHER_VARS = frozenset({*contract.ENV_VARS, contract.TF_CONFIG_VAR, "PYTHONUNBUFFERED"})
 
@@ -253,6 +253,17 @@ def cluster_for(config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | 
     return config.strategy_impl.cluster(config, host)
 
 
+def common_env(config: LaunchConfig, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every process of a run gets (pure): the user's ``env``, the Keras choice, the
+    strategy's name and ``extra_env`` (the collector's address); a clash is a ConfigError."""
+    planned = {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
+    return {
+        **config.env,
+        **merge_checked(config.env, planned),
+        **merge_checked(config.env, extra_env or {}),
+    }
+
+
 def plan(
     config: LaunchConfig,
     cluster: ClusterSpec | None,
@@ -272,15 +283,10 @@ def plan(
     when Horovod can run over MPI here, else why not (`mpi_unavailable`).
     """
     run_dir = Path(run_dir)
-    planned = {**backend.keras_env(config.keras), STRATEGY_VAR: config.strategy}
     planner = Planner(
         config=config,
         run_dir=run_dir,
-        common={
-            **config.env,
-            **merge_checked(config.env, planned),
-            **merge_checked(config.env, extra_env or {}),
-        },
+        common=common_env(config, extra_env),
         cores=tuple(cores if config.cores is None else config.cores),
         gpus=tuple(gpus),
         horovodrun=horovodrun,

@@ -10,156 +10,42 @@ This is the one place that puts the pieces together; the notebook call and
 
 Across hosts (over SSH, checked first by `ddlkit.hosts.check_hosts`)::
 
-    run = dk.launch.start(script, strategy="multi_worker", workers=2,
-                          hosts="node1:1,node2:1", ssh=dk.hosts.SshOptions(identity=...),
-                          collector_host="auto")
+    where = dk.where.Hosts("node1:1,node2:1", ssh=dk.hosts.SshOptions(identity=...),
+                           collector_host="auto")
+    run = dk.launch.start(script, strategy="multi_worker", workers=2, where=where)
+
+Where the workers run is one `ddlkit.where.Where` (this machine, hosts, Slurm, Spark); the
+keywords that said it before (``hosts=``, ``ssh=``, ``cores=``, ``engine=``, ...) still work
+for one release and warn with the ``where=`` that replaces them. `prepare` is the part
+``dk.workers`` shares: the checked config, its cluster, collector and planned job.
 """
 
 from __future__ import annotations
 
-import html
 import os
 import secrets
+import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ddlkit import contract, settings, strategies
+from ddlkit import settings, strategies
+from ddlkit import where as places
 from ddlkit.cluster import ClusterSpec
 from ddlkit.environments import for_worker
-from ddlkit.errors import ConfigError, DdlkitError
+from ddlkit.errors import ConfigError
 from ddlkit.hosts.preflight import Preflight, check_hosts
 from ddlkit.hosts.ssh import SshOptions, write_ssh_shim
-from ddlkit.launch import devices, plan, remote, runs, script_check
-from ddlkit.launch.job import Job, JobResult, WorkerStatus
+from ddlkit.launch import devices, plan, script_check
+from ddlkit.launch.collect import WILDCARDS as WILDCARDS  # re-exported
+from ddlkit.launch.collect import collector_address
+from ddlkit.launch.handle import Run as Run  # re-exported: what start() returns
+from ddlkit.launch.job import Job
 from ddlkit.launch.runs import new_run_id
-from ddlkit.metrics import Collector, Record
+from ddlkit.launch.spec import JobSpec
+from ddlkit.metrics import Collector
 from ddlkit.metrics.protocol import is_loopback
-
-WILDCARDS = ("0.0.0.0", "::")
-
-
-class Run:
-    """A started job with its cluster, its metrics collector and (once asked) its dashboard."""
-
-    def __init__(
-        self,
-        config: plan.LaunchConfig,
-        cluster: ClusterSpec | None,
-        job: Job,
-        collector: Collector | None,
-        preflight: Preflight | None = None,
-    ) -> None:
-        self.config = config
-        self.cluster = cluster
-        self.job = job
-        self.collector = collector
-        self.preflight = preflight  # what the hosts answered before the job started
-        self.metric_workers: list[str] | None = None  # set: the dashboard's workers (Spark)
-        self._dashboard = None
-
-    # -- reading --------------------------------------------------------------------------
-    @property
-    def run_id(self) -> str:
-        return self.job.run_id
-
-    @property
-    def run_dir(self) -> Path:
-        return self.job.run_dir
-
-    def status(self) -> dict[str, WorkerStatus]:
-        return self.job.status()
-
-    def status_table(self):
-        return self.job.status_table()
-
-    def tail(self, worker: str, n: int = 20) -> str:
-        if worker not in self.job.spec.names:  # a worker a scheduler started (Spark)
-            return runs.tail(contract.log_path(self.run_dir, worker), n)
-        return self.job.tail(worker, n)
-
-    def records(self, worker: str | None = None) -> list[Record]:
-        return self.collector.records(worker) if self.collector else []
-
-    def results(self) -> dict[str, dict]:
-        """What each worker saved with its final report (launch/_common.py)."""
-        return contract.read_results(self.run_dir)
-
-    def _process_status(self) -> dict[str, dict[str, object]]:
-        return {
-            name: {"state": s.state, "exit_code": s.exit_code}
-            for name, s in self.job.status().items()
-        }
-
-    # -- acting ---------------------------------------------------------------------------
-    def dashboard(self, title: str | None = None, **kwargs):
-        """Show the live dashboard of this run (one per run; later calls return it)."""
-        if self.collector is None:
-            raise DdlkitError(
-                f"run {self.run_id} was started with live=False, so no metrics reach this "
-                f"notebook. Fix: start it with live=True, or plot its files afterwards with "
-                f"dk.metrics.plot_run({str(self.run_dir)!r})."
-            )
-        if self._dashboard is None:
-            from ddlkit.metrics import Dashboard
-
-            title = title or f"{self.config.strategy} x{self.config.workers}: {self.run_id}"
-            workers = self.metric_workers or self.config.strategy_impl.dashboard_workers(
-                self.job.spec.names
-            )
-            if workers is not None:  # fixed colours, task order
-                kwargs.setdefault("workers", workers)
-            self._dashboard = Dashboard(title, run_dir=self.run_dir, **kwargs)
-            self._dashboard.follow(self.collector, self._process_status)
-        return self._dashboard
-
-    def wait(self, timeout: float | None = None) -> JobResult:
-        """Wait for the job; a failing worker stops the others and raises."""
-        try:
-            return self.job.wait(timeout=timeout)
-        finally:
-            if self.job.done:
-                self._finish()
-
-    def kill(self, worker: str, sig: int | None = None) -> None:
-        """Kill one worker as a crash would (SIGKILL by default): see :meth:`Job.kill`."""
-        if sig is None:
-            self.job.kill(worker)
-        else:
-            self.job.kill(worker, sig)
-
-    def stop(self) -> JobResult:
-        try:
-            return self.job.stop()
-        finally:
-            self._finish()
-
-    def _finish(self) -> None:
-        if self._dashboard is not None:
-            self._dashboard.finish()
-        if self.collector is not None:
-            self.collector.close()
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _repr_html_(self) -> str:
-        parts = [
-            f"<b>run {html.escape(self.run_id)}</b> in <code>{html.escape(str(self.run_dir))}"
-            "</code>",
-            self.config._repr_html_(),
-        ]
-        if self.preflight is not None:
-            parts.append(self.preflight._repr_html_())
-        if self.cluster is not None:
-            parts.append(self.cluster._repr_html_())
-        parts.append(self.job.status_table()._repr_html_())
-        return "<br>".join(parts)
-
-    def __repr__(self) -> str:
-        return f"Run({self.run_id!r}, strategy={self.config.strategy!r}, state={self.job.state!r})"
 
 
 def start(
@@ -168,117 +54,197 @@ def start(
     strategy: str = "multi_worker",
     workers: int = 2,
     args: Sequence[str] = (),
-    hosts: str | None = None,
+    where: places.Where | None = None,
     ps: int = 1,
     label: str = "",
     live: bool = True,
-    pin_cores: bool = True,
     runs_dir: str | Path | None = None,
-    collector_host: str | None = None,
     collector_port: int = 0,
     token: str | None = None,
-    ssh: SshOptions | None = None,
-    base_port: int = plan.BASE_PORT,
-    distinct_ports: bool = False,
-    network_interface: str | None = None,
-    preflight_timeout: float | None = None,
-    python: str | None = None,
-    hostfile: str | Path | None = None,
-    cores: Sequence[int] | None = None,
     env: Mapping[str, str] | None = None,
-    engine: str = "local",
-    master: str | None = None,
     horovod_transport: str = "auto",
+    **old: Any,
 ) -> Run:
-    """Start `script` under `strategy` with `workers` workers; returns at once.
+    """Start `script` under `strategy` with `workers` workers ``where`` asked; returns at once.
 
-    Everything is checked before anything starts: a bad argument raises one
-    ConfigError and leaves nothing running. With ``hosts`` other than this machine,
-    every host is checked first over SSH (`ddlkit.hosts.check_hosts`: reachable,
-    Python and TensorFlow (and Horovod) at ``sys.executable``'s path, the script there,
-    the TF server ports free); a failure raises one `HostError` naming each host and its
-    fix. Live metrics from other hosts need ``collector_host``: ``"auto"`` (this machine's
-    address on the hosts' network) or an address they reach; a token is then made with
-    ``secrets`` unless ``token`` is given. ``python``: the kit's Python (default: this
-    one's path, which every host must have too). ``hostfile``: a file of ``host slots=N``
-    lines instead of ``hosts``. ``distinct_ports``: the TF server ports differ across
-    hosts too, for hosts sharing one network stack (user-mode demo hosts); hosts that are
-    all loopback addresses (127.0.0.2, ...) reach a collector on 127.0.0.1.
+    ``where``: a `ddlkit.where.Where`, default ``ThisMachine()``. Everything is checked
+    before anything starts: a bad argument raises one ConfigError and leaves nothing
+    running. On `Hosts`, every host is checked first over SSH (`ddlkit.hosts.check_hosts`:
+    reachable, Python and TensorFlow (and Horovod) at the kit's Python path, the script
+    there, the TF server ports free); a failure raises one `HostError` naming each host and
+    its fix. Live metrics from other hosts need ``Hosts(collector_host=...)``: ``"auto"``
+    (this machine's address on the hosts' network) or an address they reach; a token is
+    then made with ``secrets`` unless ``token`` is given.
 
-    ``cores``: the cores of this machine the run may use (default: all of this process's);
-    given, every process of the run is confined to them, each compute worker to its own
-    slice (``pin_cores``). ``env``: extra environment for every worker. Both are plain data
-    in the `LaunchConfig` and each `WorkerSpec`; this process's affinity and ``os.environ``
-    are left alone::
+    ``ThisMachine(cores=...)``: the cores of this machine the run may use; every process
+    of the run is confined to them, each compute worker to its own slice (``pin_cores``).
+    ``env``: extra environment for every worker. Both are plain data in the `LaunchConfig`
+    and each `WorkerSpec`; this process's affinity and ``os.environ`` are left alone::
 
-        run = dk.launch.start(script, workers=2, cores=(2, 3), env={"MY_FLAG": "1"})
+        run = dk.launch.start(script, workers=2, where=dk.where.ThisMachine(cores=(2, 3)),
+                              env={"MY_FLAG": "1"})
 
     ``horovod_transport``: ``"auto"`` (MPI for the ranks of this machine when Horovod was
     built with it, else Gloo), ``"gloo"`` or ``"mpi"`` (`ddlkit.strategies.horovod`).
 
-    ``engine="spark"`` with ``master`` (``spark://HOST:PORT``, ``local[N]``, ``yarn``):
-    the workers run as Spark tasks (multi_worker: a barrier stage; horovod:
+    ``where=dk.where.Spark(master)`` (``spark://HOST:PORT``, ``local[N]``, ``yarn``): the
+    workers run as Spark tasks (multi_worker: a barrier stage; horovod:
     ``horovod.spark.run``); the run's one process is the driver (:mod:`ddlkit.spark`).
     """
-    _check_engine(engine, master)
-    config = plan.LaunchConfig(
+    where = resolve_where(where, old, stacklevel=3)
+    config = configure(script, strategy, workers, args, where, ps, label, env, horovod_transport)
+    script_check.check(config.script, strategy)  # parses, and fits the strategy? else ConfigError
+    collector_host = getattr(where, "collector_host", None)
+    if isinstance(where, places.Spark):
+        if horovod_transport == "mpi":
+            raise ConfigError(
+                "horovod_transport='mpi' on Spark: horovod.spark.run starts the ranks as Spark "
+                "tasks over Gloo. Fix: drop horovod_transport (or pass 'gloo')."
+            )
+        from ddlkit.spark.submit import start as spark_start
+
+        return spark_start(
+            config, where.master, live, runs_dir, collector_host, collector_port, token
+        )
+    if isinstance(where, places.Slurm):
+        raise ConfigError(
+            "dk.launch.start runs scripts here or over SSH; in a Slurm allocation the tasks are "
+            "started by srun. Fix: sbatch launch/slurm/multi_worker.sbatch (or "
+            "`srun python -m ddlkit.slurm exec -- SCRIPT`), see ddlkit.slurm."
+        )
+    prepared = prepare(config, where, live=live, runs_dir=runs_dir, label=label,
+                       collector_port=collector_port, token=token)  # fmt: skip
+    try:
+        progress = _progress(prepared.collector, config.strategy_impl)
+        job = Job.start(prepared.spec, progress_fn=progress if prepared.collector else None)
+    except BaseException:
+        prepared.close()
+        raise
+    return Run(config, prepared.cluster, job, prepared.collector, prepared.preflight)
+
+
+def resolve_where(
+    where: places.Where | None, old: Mapping[str, Any], stacklevel: int = 2
+) -> places.Where:
+    """``where``, or the `Where` the old keywords say, with a DeprecationWarning naming the
+    ``where=`` that replaces them; TypeError for a keyword that never existed."""
+    unknown = sorted(set(old) - set(places.OLD_KEYWORDS))
+    if unknown:
+        raise TypeError(f"start() got an unexpected keyword argument {unknown[0]!r}")
+    given = {k: v for k, v in old.items() if v is not None or k == "engine"}
+    if where is not None:
+        if old:
+            raise ConfigError(
+                f"where={where!r} and {', '.join(sorted(old))} were both given. Fix: say it all "
+                f"in where (e.g. {places.replacement(given) if given else 'where=...'})."
+            )
+        if not isinstance(where, places.Where):
+            raise ConfigError(
+                f"where={where!r} is not a dk.where.Where. Fix: pass dk.where.ThisMachine(), "
+                f"dk.where.Hosts('node1:1,node2:1', ...), dk.where.Slurm() or "
+                f"dk.where.Spark(master)."
+            )
+        return where
+    if not old:
+        return places.ThisMachine()
+    resolved = places.from_keywords(given)
+    warnings.warn(
+        f"{', '.join(f'{k}=' for k in sorted(old))} of dk.launch.start are deprecated and go in "
+        f"the next release. Fix: pass {places.replacement(given)}.",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return resolved
+
+
+def configure(
+    script: str | Path,
+    strategy: str,
+    workers: int,
+    args: Sequence[str],
+    where: places.Where,
+    ps: int = 1,
+    label: str = "",
+    env: Mapping[str, str] | None = None,
+    horovod_transport: str = "auto",
+) -> plan.LaunchConfig:
+    """The checked `LaunchConfig` of a run ``where`` says (pure)."""
+    return plan.LaunchConfig(
         script=Path(script),
         strategy=strategy,
         workers=workers,
         args=tuple(args),
-        hosts=hosts,
         ps=ps,
-        pin_cores=pin_cores,
         label=label,
-        ssh=ssh,
-        base_port=base_port,
-        distinct_ports=distinct_ports,
-        network_interface=network_interface,
-        hostfile=None if hostfile is None else Path(hostfile),
-        cores=None if cores is None else tuple(cores),
         env=dict(env or {}),
         horovod_transport=horovod_transport,
-        **({"python": python} if python is not None else {}),
+        **where.config(),
     )
-    script_check.check(config.script, strategy)  # parses, and fits the strategy? else ConfigError
-    if engine == "spark" and horovod_transport == "mpi":
-        raise ConfigError(
-            "horovod_transport='mpi' with engine='spark': horovod.spark.run starts the ranks "
-            "as Spark tasks over Gloo. Fix: drop horovod_transport (or pass 'gloo')."
-        )
-    if engine == "spark":
-        from ddlkit.spark.submit import start as spark_start
 
-        return spark_start(config, master, live, runs_dir, collector_host, collector_port, token)
+
+@dataclass
+class Prepared:
+    """A planned job not yet started: its config, cluster, collector (open) and spec, and
+    ``env``: what the launcher adds for every process (the collector's address, ...)."""
+
+    config: plan.LaunchConfig
+    cluster: ClusterSpec | None
+    collector: Collector | None
+    spec: JobSpec
+    preflight: Preflight | None
+    env: dict[str, str]
+
+    def close(self) -> None:
+        """Close the collector (the job never started)."""
+        if self.collector is not None:
+            self.collector.close()
+
+
+def prepare(
+    config: plan.LaunchConfig,
+    where: places.Where,
+    *,
+    live: bool = True,
+    runs_dir: str | Path | None = None,
+    label: str = "",
+    collector_port: int = 0,
+    token: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cluster: ClusterSpec | None = None,
+) -> Prepared:
+    """Check the hosts (over SSH), open the collector and plan the job; nothing starts.
+    ``cluster``: the TF cluster to plan with (default: the strategy's, `plan.cluster_for`)."""
     if config.cores is not None:
         devices.check_cores(config.cores, devices.local_cores())
-    bind, advertise = _collector_address(config, collector_host) if live else (None, None)
+    collector_host = getattr(where, "collector_host", None)
+    bind, advertise = collector_address(config, collector_host) if live else (None, None)
     if bind is not None and not is_loopback(bind) and token is None:
         token = secrets.token_hex(16)
-    run_id = new_run_id(label or f"{strategy}-{workers}")
+    run_id = new_run_id(label or config.label or f"{config.strategy}-{config.workers}")
     run_dir = Path(runs_dir or settings.runs_dir()) / run_id
     impl = config.strategy_impl
     horovodrun = plan.find_horovodrun(config.python) if impl.needs_horovodrun else None
     no_mpi = "not asked for"
     if horovodrun is not None and config.horovod_transport != "gloo" and not config.remote:
         no_mpi = plan.mpi_unavailable(config.python)
-    cluster = plan.cluster_for(config)
-    checked = _preflight(config, cluster, preflight_timeout) if config.remote else None
+    cluster = plan.cluster_for(config) if cluster is None else cluster
+    timeout = getattr(where, "preflight_timeout", None)
+    checked = _preflight(config, cluster, timeout) if config.remote else None
     collector = (
         Collector(run_dir, host=bind, port=collector_port, token=token)
         if bind is not None
         else None
     )
     try:
-        extra_env = collector.env(advertise) if collector else {}
+        env = {**(collector.env(advertise) if collector else {}), **(extra_env or {})}
         if config.remote and impl.needs_horovodrun:  # horovodrun reaches the hosts itself
-            extra_env["PATH"] = _ssh_shim_path(config, run_dir)
+            env["PATH"] = _ssh_shim_path(config, run_dir)
         spec = plan.plan(
             config,
             cluster,
             run_id=run_id,
             run_dir=run_dir,
-            extra_env=extra_env,
+            extra_env=env,
             cores=devices.local_cores() if config.cores is None else config.cores,
             gpus=devices.local_gpus(),
             horovodrun=horovodrun,
@@ -286,26 +252,11 @@ def start(
         )
         for worker in spec.workers:  # a local worker's cwd here; a remote one's on its host
             for_worker(worker).prepare(worker)
-        progress = _progress(collector, impl) if collector else None
-        job = Job.start(spec, progress_fn=progress)
     except BaseException:
         if collector is not None:
             collector.close()
         raise
-    return Run(config, cluster, job, collector, checked)
-
-
-def _check_engine(engine: str, master: str | None) -> None:
-    if engine not in ("local", "spark"):
-        raise ConfigError(
-            f"engine={engine!r} is not one ddlkit knows. Fix: use 'local' (processes started "
-            f"here or over SSH) or 'spark' (with master=URL)."
-        )
-    if engine == "local" and master is not None:
-        raise ConfigError(
-            f"master={master!r} was given with engine='local'. Fix: pass engine='spark' "
-            f"(--engine spark) to run on that Spark master, or drop master."
-        )
+    return Prepared(config, cluster, collector, spec, checked, env)
 
 
 def _used_hosts(config: plan.LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:
@@ -336,31 +287,6 @@ def _preflight(
     return checked
 
 
-def _collector_address(
-    config: plan.LaunchConfig, collector_host: str | None
-) -> tuple[str, str | None]:
-    """(address the collector binds, address workers are told, None: the same)."""
-    remote_hosts = [h.name for h in config.hosts or ()] if config.remote else []
-    on_loopback = all(is_loopback(h) for h in remote_hosts)  # user-mode hosts: 127.0.0.k
-    if remote_hosts and not on_loopback and (collector_host is None or is_loopback(collector_host)):
-        raise ConfigError(
-            f"workers on {', '.join(remote_hosts)} cannot send live metrics to "
-            f"{collector_host or '127.0.0.1'} on this machine. Fix: pass "
-            f"collector_host='auto' (ddlkit launch --collector-host auto: this machine's "
-            f"address on the hosts' network; a token is made for you) or an address of this "
-            f"machine they reach, or live=False (--no-live)."
-        )
-    if collector_host is None:
-        return "127.0.0.1", None
-    if collector_host == "auto":
-        return (remote.address_towards(remote_hosts), None) if remote_hosts else ("127.0.0.1", None)
-    if collector_host in WILDCARDS:
-        if not remote_hosts:
-            return collector_host, "127.0.0.1"
-        return collector_host, remote.address_towards(remote_hosts)
-    return collector_host, None
-
-
 def _ssh_shim_path(config: plan.LaunchConfig, run_dir: Path) -> str:
     """PATH for horovodrun: our ssh shim (BatchMode, the job's SshOptions) first."""
     shim_dir = run_dir / "ssh"
@@ -369,7 +295,7 @@ def _ssh_shim_path(config: plan.LaunchConfig, run_dir: Path) -> str:
     return os.pathsep.join([str(shim_dir), os.environ.get("PATH", os.defpath)])
 
 
-def _progress(collector: Collector, strategy: strategies.Strategy):
+def _progress(collector: Collector | None, strategy: strategies.Strategy):
     """A launched process's step: the slowest of the metric workers it stands for."""
 
     def step(worker: str) -> int | None:

@@ -1,5 +1,5 @@
 """Spark as a home for distributed training: a local standalone cluster, and runs of the
-kit's scripts as Spark tasks (``dk.launch.start(..., engine="spark", master=URL)``).
+kit's scripts as Spark tasks (``dk.launch.start(..., where=dk.where.Spark(URL))``).
 
 - :func:`local_cluster`: a real standalone master + N workers on 127.0.0.1
   (:mod:`ddlkit.spark.cluster`);

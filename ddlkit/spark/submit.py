@@ -1,4 +1,4 @@
-"""A run on Spark from ``dk.launch.start(..., engine="spark", master=URL)``: checked first,
+"""A run on Spark from ``dk.launch.start(..., where=dk.where.Spark(URL))``: checked first,
 then one driver process (:mod:`ddlkit.spark.driver`) started as the run's job.
 
 Checked before anything starts (one ConfigError each): Java and pyspark are here; the
@@ -47,7 +47,7 @@ def master_slots(master: str, timeout: float = 2.0) -> int | None:
     URL is malformed or a standalone master does not answer."""
     if not isinstance(master, str) or not master:
         raise ConfigError(
-            f"master={master!r}: engine='spark' needs a master URL. Fix: pass one of {FORMS}, "
+            f"master={master!r}: a Spark run needs a master URL. Fix: pass one of {FORMS}, "
             f"e.g. dk.spark.local_cluster().master_url."
         )
     local = _LOCAL.match(master)
@@ -84,12 +84,12 @@ def check(config, master: str) -> None:
     if config.strategy not in STRATEGIES:
         raise ConfigError(
             f"strategy {config.strategy!r} does not run on Spark. Fix: use one of "
-            f"{', '.join(STRATEGIES)} with engine='spark', or engine='local'."
+            f"{', '.join(STRATEGIES)} on Spark, or run it here (where=dk.where.ThisMachine())."
         )
     if config.hosts is not None:
         raise ConfigError(
-            "hosts were given with engine='spark': Spark places the workers. "
-            "Fix: drop hosts (-H/--hostfile), or use engine='local'."
+            "hosts were given for a Spark run: Spark places the workers. "
+            "Fix: drop hosts (-H/--hostfile), or use where=dk.where.Hosts(...) without Spark."
         )
     find_java()
     spark_home()
@@ -214,8 +214,9 @@ def start(config, master, live, runs_dir, collector_host, collector_port, token)
 
     from ddlkit import settings
     from ddlkit.environments import for_worker
+    from ddlkit.launch.collect import collector_address as _collector_address
+    from ddlkit.launch.handle import Run
     from ddlkit.launch.job import Job
-    from ddlkit.launch.run import Run, _collector_address
     from ddlkit.launch.runs import new_run_id
     from ddlkit.metrics import Collector
     from ddlkit.metrics.protocol import is_loopback

@@ -2,7 +2,8 @@
 
 A strategy module (``mirrored.py``, ``multi_worker.py``, ``parameter_server.py``,
 ``horovod.py``) subclasses :class:`Strategy` and says, as pure functions of a
-`ddlkit.launch.plan.LaunchConfig`:
+a :class:`RunConfig` (what they read of ``ddlkit.launch.plan.LaunchConfig``, which
+imports this package; strategies never import it back):
 
 - what it checks (:meth:`Strategy.check`) and how many processes it starts;
 - its TF cluster, if it has one (:meth:`Strategy.cluster`), and the hosts and ports
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ddlkit import contract
 from ddlkit.errors import ConfigError
@@ -30,9 +31,33 @@ from ddlkit.launch import devices as dev
 from ddlkit.launch.spec import WorkerSpec
 
 if TYPE_CHECKING:
-    from ddlkit.cluster import ClusterSpec
+    from ddlkit.cluster import ClusterSpec, Host
     from ddlkit.environments import Environment
-    from ddlkit.launch.plan import LaunchConfig
+    from ddlkit.hosts.ssh import SshOptions
+
+
+class RunConfig(Protocol):
+    """What a strategy reads of a run's checked config (``ddlkit.launch.plan.LaunchConfig``
+    is the one the launcher builds). A protocol, so strategies depend on the fields and not
+    on the launcher's module: ``launch.plan`` imports the strategies, never the reverse."""
+
+    strategy: str
+    workers: int
+    ps: int
+    script: Path
+    args: tuple[str, ...]
+    python: str
+    hosts: tuple[Host, ...] | None
+    pin_cores: bool
+    ssh: SshOptions | None
+    base_port: int
+    distinct_ports: bool
+    network_interface: str | None
+    env: Mapping[str, str]
+    horovod_transport: str
+
+    @property
+    def remote(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +69,7 @@ class Planner:
     ``mpi_unavailable`` is None when this machine's Horovod can run over MPI, else why not.
     """
 
-    config: LaunchConfig
+    config: RunConfig
     run_dir: Path
     common: Mapping[str, str]
     cores: tuple[int, ...] = ()
@@ -108,31 +133,31 @@ class Strategy:
     written_with: ClassVar[str] = ""
 
     # -- what it checks and starts ---------------------------------------------------------
-    def check(self, config: LaunchConfig) -> None:
+    def check(self, config: RunConfig) -> None:
         """Raise ConfigError for a config this strategy cannot run (hosts already parsed)."""
 
-    def processes(self, config: LaunchConfig) -> int:
+    def processes(self, config: RunConfig) -> int:
         """How many processes it starts (horovodrun's ranks counted)."""
         return config.workers
 
-    def cluster(self, config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec | None:
+    def cluster(self, config: RunConfig, host: str = "127.0.0.1") -> ClusterSpec | None:
         """Its TF cluster; None if it has none."""
         return None
 
     def workers(
-        self, config: LaunchConfig, cluster: ClusterSpec | None, planner: Planner
+        self, config: RunConfig, cluster: ClusterSpec | None, planner: Planner
     ) -> list[WorkerSpec]:
         raise NotImplementedError
 
-    def rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
+    def rows(self, config: RunConfig) -> list[tuple[str, str]]:
         """Extra rows of the config's table (after the common ones)."""
         return []
 
-    def remote_rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
+    def remote_rows(self, config: RunConfig) -> list[tuple[str, str]]:
         """Extra rows when the job runs on other hosts."""
         return []
 
-    def used_hosts(self, config: LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:
+    def used_hosts(self, config: RunConfig, cluster: ClusterSpec | None) -> dict[str, list[int]]:
         """The hosts the job uses and the ports it needs free on each (preflight)."""
         return {} if cluster is None else remote_ports(cluster)
 
@@ -142,7 +167,7 @@ class Strategy:
         that reported, else the first worker by name."""
         return next((w for w in self.speakers if w in reports), sorted(reports)[0])
 
-    def result_processes(self, config: LaunchConfig) -> int:
+    def result_processes(self, config: RunConfig) -> int:
         """Compute processes a Result counts (one per worker unless said otherwise)."""
         return config.workers
 
@@ -165,10 +190,10 @@ class TaskStrategy(Strategy):
 
     chief: ClassVar[bool] = False  # a chief task of its own (a PS coordinator)
 
-    def ps(self, config: LaunchConfig) -> int:
+    def ps(self, config: RunConfig) -> int:
         return 0
 
-    def cluster(self, config: LaunchConfig, host: str = "127.0.0.1") -> ClusterSpec:
+    def cluster(self, config: RunConfig, host: str = "127.0.0.1") -> ClusterSpec:
         from ddlkit.cluster import ClusterSpec
 
         if config.remote:
@@ -196,7 +221,7 @@ class TaskStrategy(Strategy):
         return False
 
     def workers(
-        self, config: LaunchConfig, cluster: ClusterSpec | None, planner: Planner
+        self, config: RunConfig, cluster: ClusterSpec | None, planner: Planner
     ) -> list[WorkerSpec]:
         if cluster is None:
             raise ConfigError(
@@ -226,7 +251,7 @@ class TaskStrategy(Strategy):
             )
         return specs
 
-    def remote_rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
+    def remote_rows(self, config: RunConfig) -> list[tuple[str, str]]:
         where = "across all hosts (one network stack)" if config.distinct_ports else "on each host"
         return [("TF server ports", f"{config.base_port} and up {where}")]
 

@@ -6,7 +6,7 @@ pins itself in ``ddlkit.horovod.init()`` to its share of the cores passed in
 ``rank-N`` (:func:`ddlkit.contract.rank_name`), so its metrics and report carry that name;
 the launcher's progress for ``horovodrun`` is its slowest rank's step.
 
-Transport (``LaunchConfig.horovod_transport``): ``auto`` runs the ranks of this machine over
+Transport (``RunConfig.horovod_transport``): ``auto`` runs the ranks of this machine over
 MPI when this Horovod was built with it and ``mpirun`` is on PATH (``horovodrun --mpi``,
 Horovod's own choice when neither flag is given), else over Gloo; other hosts always get
 Gloo (``horovodrun`` reaches them over SSH itself). ``gloo`` and ``mpi`` ask for one.
@@ -30,8 +30,8 @@ from ddlkit.strategies.base import Planner, Strategy
 
 if TYPE_CHECKING:
     from ddlkit.cluster import ClusterSpec
-    from ddlkit.launch.plan import LaunchConfig
     from ddlkit.launch.spec import WorkerSpec
+    from ddlkit.strategies.base import RunConfig
 
 START_TIMEOUT = 60  # seconds horovodrun waits for every host to start its ranks
 NOT_FOUND = (
@@ -61,7 +61,7 @@ NO_MPI = (
 )
 
 
-def transport(config: LaunchConfig, mpi: str | None) -> str:
+def transport(config: RunConfig, mpi: str | None) -> str:
     """'mpi' or 'gloo' for this config; `mpi` is None when MPI can be used, else why not."""
     if config.horovod_transport == "mpi":
         if mpi is not None:
@@ -72,7 +72,7 @@ def transport(config: LaunchConfig, mpi: str | None) -> str:
     return "gloo"
 
 
-def horovodrun_argv(config: LaunchConfig, horovodrun: str, via: str = "gloo") -> list[str]:
+def horovodrun_argv(config: RunConfig, horovodrun: str, via: str = "gloo") -> list[str]:
     """horovodrun's command for `config`; `via` is the transport ('gloo' or 'mpi')."""
     hosts = format_hosts(config.hosts) if config.hosts else f"localhost:{config.workers}"
     flags = ["--mpi", f"--mpi-args={RANK_MPI_ARGS}"] if via == "mpi" else ["--gloo"]
@@ -133,7 +133,7 @@ class Horovod(Strategy):
     written_with = "hvd.init() (import horovod.tensorflow.keras as hvd)"
 
     def workers(
-        self, config: LaunchConfig, cluster: ClusterSpec | None, planner: Planner
+        self, config: RunConfig, cluster: ClusterSpec | None, planner: Planner
     ) -> list[WorkerSpec]:
         if planner.horovodrun is None:
             raise ConfigError(NOT_FOUND)
@@ -146,18 +146,18 @@ class Horovod(Strategy):
         devices = dev.Devices(None, None, None)
         return [planner.spec(contract.HOROVODRUN, env, devices, command=command)]
 
-    def used_hosts(self, config: LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list]:
+    def used_hosts(self, config: RunConfig, cluster: ClusterSpec | None) -> dict[str, list]:
         assert config.hosts is not None
         return {h.name: [] for h in horovod_slots(config.hosts, config.workers).hosts}
 
-    def check(self, config: LaunchConfig) -> None:
+    def check(self, config: RunConfig) -> None:
         if config.horovod_transport == "mpi" and config.remote:
             raise ConfigError(
                 "horovod_transport='mpi' with other hosts: ddlkit runs Horovod on other hosts "
                 "over Gloo only. Fix: use horovod_transport='auto' or 'gloo'."
             )
 
-    def rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
+    def rows(self, config: RunConfig) -> list[tuple[str, str]]:
         meaning = {
             "auto": "MPI here when Horovod has it, else Gloo",
             "gloo": "Gloo",
@@ -165,7 +165,7 @@ class Horovod(Strategy):
         }
         return [("transport", f"{config.horovod_transport} ({meaning[config.horovod_transport]})")]
 
-    def remote_rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
+    def remote_rows(self, config: RunConfig) -> list[tuple[str, str]]:
         return [("network interface", config.network_interface or "horovodrun's")]
 
     def progress_workers(self, worker: str, reporting: Sequence[str]) -> list[str]:

@@ -11,8 +11,8 @@ from ddlkit.strategies.base import Planner, Strategy
 
 if TYPE_CHECKING:
     from ddlkit.cluster import ClusterSpec
-    from ddlkit.launch.plan import LaunchConfig
     from ddlkit.launch.spec import WorkerSpec
+    from ddlkit.strategies.base import RunConfig
 
 
 class Mirrored(Strategy):
@@ -22,7 +22,7 @@ class Mirrored(Strategy):
     api_classes = ("MirroredStrategy",)
     written_with = "tf.distribute.MirroredStrategy()"
 
-    def check(self, config: LaunchConfig) -> None:
+    def check(self, config: RunConfig) -> None:
         hosts = config.hosts or ()
         if config.remote and len(hosts) > 1:
             raise ConfigError(
@@ -32,11 +32,11 @@ class Mirrored(Strategy):
                 f"hosts."
             )
 
-    def processes(self, config: LaunchConfig) -> int:
+    def processes(self, config: RunConfig) -> int:
         return 1
 
     def workers(
-        self, config: LaunchConfig, cluster: ClusterSpec | None, planner: Planner
+        self, config: RunConfig, cluster: ClusterSpec | None, planner: Planner
     ) -> list[WorkerSpec]:
         if config.remote:  # one process on that host; TF finds its devices there
             assert config.hosts is not None
@@ -47,10 +47,10 @@ class Mirrored(Strategy):
         env = {contract.REPLICAS_VAR: str(config.workers)}
         return [planner.spec(contract.MAIN, env, devices, host=host)]
 
-    def used_hosts(self, config: LaunchConfig, cluster: ClusterSpec | None) -> dict[str, list]:
+    def used_hosts(self, config: RunConfig, cluster: ClusterSpec | None) -> dict[str, list]:
         assert config.hosts is not None
         return {config.hosts[0].name: []}  # one process, no TF server
 
-    def result_processes(self, config: LaunchConfig) -> int:
+    def result_processes(self, config: RunConfig) -> int:
         """One process, whatever its replica count (``config.workers``)."""
         return 1

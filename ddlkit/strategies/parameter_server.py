@@ -14,7 +14,7 @@ from ddlkit.errors import ConfigError
 from ddlkit.strategies.base import TaskStrategy
 
 if TYPE_CHECKING:
-    from ddlkit.launch.plan import LaunchConfig
+    from ddlkit.strategies.base import RunConfig
 
 
 class ParameterServer(TaskStrategy):
@@ -25,17 +25,17 @@ class ParameterServer(TaskStrategy):
     api_classes = ("ParameterServerStrategy", "ParameterServerStrategyV2")
     written_with = "tf.distribute.ParameterServerStrategy(cluster_resolver)"
 
-    def check(self, config: LaunchConfig) -> None:
+    def check(self, config: RunConfig) -> None:
         if type(config.ps) is not int or config.ps < 1:
             raise ConfigError(
                 f"ps={config.ps!r}: ParameterServerStrategy needs at least one parameter "
                 f"server. Fix: pass --ps 1 or more."
             )
 
-    def ps(self, config: LaunchConfig) -> int:
+    def ps(self, config: RunConfig) -> int:
         return config.ps
 
-    def processes(self, config: LaunchConfig) -> int:
+    def processes(self, config: RunConfig) -> int:
         return config.workers + config.ps + 1
 
     def service(self, role: str) -> bool:
@@ -44,5 +44,5 @@ class ParameterServer(TaskStrategy):
     def expendable(self, role: str) -> bool:
         return role == "worker"
 
-    def rows(self, config: LaunchConfig) -> list[tuple[str, str]]:
+    def rows(self, config: RunConfig) -> list[tuple[str, str]]:
         return [("parameter servers", str(config.ps))]

@@ -14,6 +14,7 @@ from ddlkit.bench.cli import add_bench_parser
 from ddlkit.bench.config import QUICK_TARGET, TARGET, BenchCase, plan_cases
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.metrics.records import Record
+from ddlkit.where import ThisMachine
 
 
 def _names(cases):
@@ -568,9 +569,10 @@ def test_a_case_starts_with_its_cores_and_env_and_leaves_this_process_alone(tmp_
     with pytest.raises(DdlkitError, match="stop here"):
         run.run_case_once(BenchCase("horovod", 2, 20), cpus=(0,), runs_dir=tmp_path,
                           timeline=timeline)  # fmt: skip
-    assert seen["cores"] == (0,) and seen["env"] == {"HOROVOD_TIMELINE": str(timeline)}
+    assert seen["where"] == ThisMachine(cores=(0,))
+    assert seen["env"] == {"HOROVOD_TIMELINE": str(timeline)}
     assert seen["workers"] == 2 and seen["strategy"] == "horovod"
     with pytest.raises(DdlkitError, match="stop here"):
         run.run_case_once(BenchCase("multi_worker", 2, 20), cpus=(0, 1), runs_dir=tmp_path)
-    assert seen["cores"] == (0, 1) and seen["env"] == {}
+    assert seen["where"] == ThisMachine(cores=(0, 1)) and seen["env"] == {}
     assert os.sched_getaffinity(0) == affinity and dict(os.environ) == environ

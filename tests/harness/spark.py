@@ -10,6 +10,7 @@ import pytest
 from ddlkit.errors import ConfigError
 from ddlkit.launch import run as run_mod
 from ddlkit.procs import descendants
+from ddlkit.where import Spark
 
 SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "train_multi_worker.py"
 
@@ -31,8 +32,9 @@ def _run_processes(cluster) -> dict[int, str]:
     return dict(descendants(os.getpid(), prune=own))
 
 
-def refused(tmp_path, *, cluster=None, **kwargs) -> str:
-    """Start a run that must be refused; check that nothing started or was written.
+def refused(tmp_path, *, cluster=None, master=None, **kwargs) -> str:
+    """Start a run on Spark ``master`` that must be refused; check that nothing started or
+    was written.
 
     With ``cluster`` (the shared local cluster the run is sent to), "nothing started"
     means no process outside that cluster's own and no application submitted to it."""
@@ -41,12 +43,11 @@ def refused(tmp_path, *, cluster=None, **kwargs) -> str:
     kwargs = {
         "script": SCRIPT,
         "workers": 2,
-        "engine": "spark",
         "runs_dir": tmp_path / "runs",
         **kwargs,
     }
     with pytest.raises(ConfigError) as refused:
-        run_mod.start(**kwargs)
+        run_mod.start(where=Spark(master), **kwargs)
     assert not (tmp_path / "runs").exists(), "a refused run wrote a run directory"
     started = {pid: cmd for pid, cmd in _run_processes(cluster).items() if pid not in before}
     assert not started, f"a refused run started {started}"

@@ -41,7 +41,7 @@ def main() -> None:
         args = ["--steps-per-epoch", steps, "--epochs", "1", "--batch-size", "32"]
         run = dk.launch.start(
             str(ROOT / "launch" / SCRIPTS[strategy]), strategy=strategy, workers=2, args=args,
-            runs_dir=runs_dir, **demo.launch_kwargs(),
+            runs_dir=runs_dir, where=dk.where.Hosts.demo(demo),
         )  # fmt: skip
         try:
             result = run.wait(timeout=600)

@@ -30,6 +30,7 @@ from ddlkit.errors import ConfigError, MissingSystemPackageError, WorkerFailedEr
 from ddlkit.hosts import demo, drills, userhosts
 from ddlkit.hosts.ssh import ssh_options_argv
 from ddlkit.launch import run as run_mod
+from ddlkit.where import Hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "launch" / "train_multi_worker.py"
@@ -183,9 +184,9 @@ def test_hosts_are_reached_by_name_with_plain_ssh_and_ddlkit(cluster):
 @pytest.mark.skipif(bool(_WHY), reason=_WHY or "")
 def test_a_host_that_stops_answering_fails_the_job_within_the_link_cut_bounds(cluster, tmp_path):
     ssh = dataclasses.replace(cluster.ssh, alive_interval=1, alive_count=3)
-    kw = {**cluster.launch_kwargs(), "ssh": ssh}
+    where = dataclasses.replace(Hosts.demo(cluster), ssh=ssh)
     run = run_mod.start(
-        TRAIN, workers=2, args=["--steps-per-epoch", "100000"], runs_dir=tmp_path, **kw
+        TRAIN, workers=2, args=["--steps-per-epoch", "100000"], runs_dir=tmp_path, where=where
     )
     try:
         assert wait_until(lambda: run.records("worker-1"), timeout=240), run.tail("worker-1")
@@ -225,6 +226,40 @@ def test_the_failure_drills_work_on_user_mode_hosts(cluster, tmp_path):
     nobody = hosts.check_hosts(["127.0.0.254"], cluster.ssh, timeout=20)
     assert not nobody.ok and "unreachable" in nobody.failures[0].problem
     assert drills.wait_idle(cluster, timeout=10) == [[], []]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(_WHY), reason=_WHY or "")
+def test_live_workers_run_cells_on_both_hosts_and_close_leaves_nothing(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    """dk.workers on the demo hosts: one engine on each (over SSH), a cell's output from
+    both, an all-reduce across them; close ends everything on both hosts."""
+    import ddlkit as dk
+
+    monkeypatch.setenv("DDLKIT_RUNS", str(tmp_path / "runs"))
+    with dk.workers(2, strategy="multi_worker", where=Hosts.demo(cluster)) as live:
+        assert live.run.preflight.ok and [w.host for w in live.run.job.spec.workers[1:]] == (
+            cluster.addresses
+        )
+        live.run_cell(
+            "import os, tensorflow as tf\n"
+            "print('on', os.environ['SSH_CONNECTION'].split()[2])\n"
+            "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+            "one = tf.constant(1.0 + strategy.cluster_resolver.task_id)\n"
+            "print('sum', strategy.reduce('SUM', strategy.run(lambda: one), axis=None).numpy())"
+        )
+        out = capsys.readouterr().out
+        for i, address in enumerate(cluster.addresses):
+            assert f"[worker-{i}] on {address}" in out and f"[worker-{i}] sum 3.0" in out, out
+            assert cluster.processes(i), f"no engine on {address}"
+    # close ended the engines (and their nannies) on both hosts: what is left is sshd's
+    # session ending after its client, for moments
+    assert not [p for p in live.run.job.pids.values() if alive(p)]
+    left = lambda: [cluster.processes(i) for i in range(2)]  # noqa: E731
+    assert wait_until(lambda: left() == [[], []], timeout=2), [
+        [_describe(p) for p in pids] for pids in left()
+    ]
 
 
 def _describe(pid: int) -> str:

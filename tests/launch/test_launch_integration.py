@@ -17,6 +17,7 @@ from harness.procutil import alive
 from ddlkit.errors import ConfigError, WorkerFailedError
 from ddlkit.launch import run as run_mod
 from ddlkit.metrics import load_run
+from ddlkit.where import Hosts, ThisMachine
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
@@ -142,7 +143,10 @@ def test_bad_input_starts_nothing(tmp_path):
         run_mod.start(tmp_path / "missing.py", workers=2, runs_dir=tmp_path)
     with pytest.raises(ConfigError, match="slots"):
         run_mod.start(
-            LAUNCH / "report_tf_config.py", workers=3, hosts="localhost:2", runs_dir=tmp_path
+            LAUNCH / "report_tf_config.py",
+            workers=3,
+            where=Hosts("localhost:2"),
+            runs_dir=tmp_path,
         )
     assert list(tmp_path.iterdir()) == [tmp_path / "missing.py"] or not list(tmp_path.iterdir())
 
@@ -232,7 +236,7 @@ def test_start_confines_workers_to_the_given_cores_and_adds_env(tmp_path):
         workers=2,
         runs_dir=tmp_path,
         live=False,
-        cores=cores,
+        where=ThisMachine(cores=cores),
         env={"DDLKIT_TEST_FLAG": "on"},
     )
     assert run.wait(timeout=120).ok

@@ -285,13 +285,12 @@ def test_remote_worker_spec_refuses_pinning_and_is_run_through_ssh():
 
 def test_remote_hosts_without_a_reachable_collector_is_refused_before_anything_starts(tmp_path):
     from ddlkit.launch import run as run_mod
+    from ddlkit.where import Hosts
 
     for collector_host in (None, "127.0.0.1"):
         with pytest.raises(ConfigError, match="cannot send live metrics") as err:
-            run_mod.start(
-                SCRIPT, hosts="10.0.0.7:1,10.0.0.8:1", runs_dir=tmp_path,
-                collector_host=collector_host,
-            )  # fmt: skip
+            where = Hosts("10.0.0.7:1,10.0.0.8:1", collector_host=collector_host)
+            run_mod.start(SCRIPT, where=where, runs_dir=tmp_path)
         assert "collector_host='auto'" in str(err.value)
     assert not any(tmp_path.iterdir())  # no run directory: nothing was started
 

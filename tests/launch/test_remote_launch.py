@@ -27,6 +27,7 @@ from ddlkit.launch import job as job_mod
 from ddlkit.launch import remote
 from ddlkit.launch import run as run_mod
 from ddlkit.metrics import load_run
+from ddlkit.where import Hosts
 
 _WHY = demo.unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_WHY), reason=_WHY or "")]
@@ -58,9 +59,14 @@ def _nothing_left(cluster, run=None, timeout: float = 30, keep=()) -> None:
         assert not [p for p in run.job.pids.values() if alive(p)]
 
 
+WHERE = {f.name for f in dataclasses.fields(Hosts)}
+
+
 def _start(cluster, tmp_path, script=TRAIN, **kw):
-    kw = {**cluster.launch_kwargs(), **kw}
-    return run_mod.start(script, runs_dir=tmp_path, **kw)
+    """Start ``script`` on the cluster's hosts; the keywords of `Hosts` change where."""
+    changed = {k: kw.pop(k) for k in list(kw) if k in WHERE}
+    where = dataclasses.replace(Hosts.demo(cluster), **changed)
+    return run_mod.start(script, runs_dir=tmp_path, where=where, **kw)
 
 
 # -- bad input: one HostError naming host and fix, within a bounded time, nothing started --

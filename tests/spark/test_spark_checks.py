@@ -13,6 +13,7 @@ from ddlkit.errors import ConfigError
 from ddlkit.spark.cluster import find_java
 from ddlkit.spark.driver import failure_report, session_conf
 from ddlkit.spark.submit import master_slots
+from ddlkit.where import from_keywords
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 SCRIPT = LAUNCH / "train_multi_worker.py"
@@ -73,17 +74,28 @@ def test_a_missing_script(tmp_path):
     ("kwargs", "says"),
     [
         ({"master": "mesos://x:5050"}, "is not one Spark knows"),
-        ({"master": None}, "needs a master URL"),
+        ({"master": None}, "needs its master URL"),
         (
             {"master": "local[2]", "strategy": "parameter_server", "script": PS_SCRIPT},
             "does not run on Spark",
         ),
-        ({"master": "local[2]", "engine": "flink"}, "engine='flink'"),
-        ({"master": "local[2]", "engine": "local"}, "engine='spark'"),
     ],
 )
 def test_other_bad_input(tmp_path, kwargs, says):
     assert says in refused(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"master": "local[2]", "engine": "flink"}, "engine='flink' is not one ddlkit knows"),
+        ({"master": "local[2]", "engine": "local"}, "where=dk.where.Spark('local[2]')"),
+    ],
+)
+def test_the_old_engine_keyword_refuses_what_it_cannot_say(given, says):
+    with pytest.raises(ConfigError) as err:
+        from_keywords(given)
+    assert says in str(err.value) and "Fix:" in str(err.value)
 
 
 def test_slots_of_master_forms():

@@ -20,6 +20,7 @@ from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import run as run_mod
 from ddlkit.procs import descendants
 from ddlkit.spark.data import train_on_partitions, write_mnist_parquet
+from ddlkit.where import Spark
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 STEPS = ["--epochs", "1", "--steps-per-epoch", "4", "--batch-size", "32"]
@@ -33,8 +34,7 @@ def _start(cluster, script, strategy, tmp_path, args=STEPS):
         strategy=strategy,
         workers=2,
         args=args,
-        engine="spark",
-        master=cluster.master_url,
+        where=Spark(cluster.master_url),
         runs_dir=tmp_path,
     )
 
