@@ -30,10 +30,9 @@ from typing import Any, ClassVar
 
 from ddlkit._tables import html_table
 from ddlkit.cluster import Host, format_hosts, parse_hosts
+from ddlkit.cluster.ports import BASE_PORT as BASE_PORT  # re-exported
 from ddlkit.errors import ConfigError
 from ddlkit.hosts.ssh import SshOptions
-
-BASE_PORT = 29600  # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ...
 
 
 @dataclass(frozen=True)

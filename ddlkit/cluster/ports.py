@@ -42,6 +42,9 @@ def _pick_ports(counts: dict[str, int]) -> dict[str, list[int]]:
     return picked
 
 
+# TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ... (dk.where.Hosts' default)
+BASE_PORT = 29600
+
 # Ports servers may keep for a while: below Linux's ephemeral range (ip_local_port_range,
 # 32768-60999 by default), which the kernel hands to outgoing connections and to port 0,
 # and below zmq's random ports (49152-65535): a port picked there and bound minutes later

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ddlkit._tables import html_table, text_table
+from ddlkit.cluster.ports import BASE_PORT
 from ddlkit.errors import ConfigError, MissingSystemPackageError
 from ddlkit.hosts import netns, sshd, userhosts
 from ddlkit.hosts.netns import INNER, NetnsHost
@@ -108,8 +109,6 @@ class DemoCluster:
             "network_interface": self.network_interface,
         }
         if self.kind != "user":
-            from ddlkit.launch.plan import BASE_PORT  # here: hosts do not import launch
-
             return kwargs | {"base_port": BASE_PORT}
         if slots not in self._port_blocks:
             block = slots * len(self.hosts) + 1  # + a parameter-server job's chief

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ddlkit import contract
+from ddlkit import contract, strategies
 from ddlkit.cluster import ClusterSpec
 from ddlkit.errors import ConfigError
 from ddlkit.launch.spec import JobSpec, WorkerSpec
@@ -59,8 +59,8 @@ def check_strategy(strategy: str) -> None:
 
 
 def engine_names(strategy: str, workers: int, cluster: ClusterSpec | None) -> tuple[str, ...]:
-    """The workers' names in engine-id order: the cluster's worker tasks, or Horovod's ranks."""
-    if strategy == "horovod":
+    """The workers' names in engine-id order: the cluster's worker tasks, or horovodrun's ranks."""
+    if strategies.get(strategy).needs_horovodrun:
         return tuple(contract.rank_name(r) for r in range(workers))
     assert cluster is not None
     return tuple(t.name for t in cluster.tasks if t.role == "worker")

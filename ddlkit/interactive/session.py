@@ -28,7 +28,7 @@ from typing import Any
 
 from ipyparallel import error as ipp_error
 
-from ddlkit import contract
+from ddlkit import contract, strategies
 from ddlkit import where as places
 from ddlkit.errors import ConfigError
 from ddlkit.interactive import cells, plan, start
@@ -68,7 +68,7 @@ class Workers:
             self.config, self.where, live=live, label=f"live-{strategy}-{n}"
         )
         try:
-            if strategy == "parameter_server":
+            if strategies.get(strategy).chief:  # this kernel is the coordinator
                 self._serve_coordinator()
             else:
                 self._client = start.wait_for_engines(self.run, self.names, READY_TIMEOUT)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddlkit import contract
+from ddlkit import contract, strategies
 from ddlkit import where as places
 from ddlkit.cluster import ClusterSpec
 from ddlkit.cluster.ports import free_port_block
@@ -111,7 +111,7 @@ def _job(
     prepared: Prepared, where: places.Where, ip: str, first_port: int
 ) -> tuple[tuple[str, ...], JobSpec]:
     config, spec = prepared.config, prepared.spec
-    if config.strategy == "parameter_server":
+    if strategies.get(config.strategy).chief:  # the notebook is the coordinator
         names = tuple(w.name for w in spec.workers if w.name != plan.CHIEF)
         return names, plan.servers_job(spec, config.python)
     run_dir = spec.run_dir

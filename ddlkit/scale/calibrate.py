@@ -317,7 +317,8 @@ def _calibrate_one(doc, strategy: str, fit: Transport, model: ModelSpec) -> Stra
     def per_worker(examples_per_sec: float) -> float:
         return x2.workers * model.batch / examples_per_sec
 
-    timeline = strategy == "horovod" and x2.comm and x2.comm.ms_per_step
+    # the communication measured (Horovod's timeline), not estimated from the step times
+    timeline = x2.comm and x2.comm.how.startswith("measured") and x2.comm.ms_per_step
     comm = x2.comm.ms_per_step / 1e3 if timeline else None
     return StrategyCalibration(
         strategy,
