@@ -48,15 +48,13 @@ from ddlkit.backend import active_flavour, keras, tf
 from ddlkit.data import device_iterators
 from ddlkit.errors import ConfigError
 
-# tf.data's autotuning model (options.autotune.enabled). Off: in TensorFlow 2.21 the end of
-# every model.fit waited for the model's optimisation thread before returning, 0-15 s on
-# this 2-core machine (gdb showed the main thread in the iterator's destructor, joining
-# that thread), and autotuning bought no speed here: the MNIST CNN on one pinned
-# core ran 1,776-1,984 examples/s without it, 1,839-2,034 with it (3 fits each, 2 process
-# starts). AUTOTUNE in map and prefetch still work: map runs one call per core, prefetch
-# sizes its buffer on its own. Read once, as the default of PipelineConfig.autotune
-# (dataset_fn passes True: see there); pipelines that decode or augment, where autotuned
-# parallelism pays, would want it on.
+# tf.data's autotuning model (options.autotune.enabled). Off: in TensorFlow 2.21 freeing a
+# tf.data iterator joins the autotuning thread, so the end of a model.fit can wait seconds
+# for it (docs/design.md, "Engineering notes"), and on the kit's in-memory pipelines
+# autotuning brought no measurable speed. AUTOTUNE in map and prefetch still work: map runs
+# one call per core, prefetch sizes its buffer on its own. Read once, as the default of
+# PipelineConfig.autotune (dataset_fn passes True: see there); pipelines that decode or
+# augment, where autotuned parallelism pays, would want it on.
 AUTOTUNE_MODEL = False
 
 
