@@ -1,7 +1,8 @@
 """GPipe pipeline on 2 stages: measured bubble and throughput against micro-batches M.
 
-The model is :func:`ddlkit.parallel.mlp` (four equal hidden layers) cut in the
-middle, so the two stages do nearly equal work; one fixed mini-batch of random
+The model is :func:`ddlkit.parallel.mlp` (four hidden layers of equal width; the
+first has the 784 pixels as inputs) cut in the middle, so the two stages do nearly
+equal work; one fixed mini-batch of random
 images (throughput does not depend on pixel values). For each M the pipeline
 runs ``warmup`` untimed steps (tracing), then ``steps`` timed ones; the table
 shows medians. The reference row trains the same model unsplit on one device

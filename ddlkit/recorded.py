@@ -51,9 +51,12 @@ _CASE_FIELDS = {
     "vs_reference": ("examples/s over the bare tf-keras loop's", "ratio"),
     "speedup": ("examples/s over the same strategy's x1", "ratio"),
     "efficiency": ("speed-up over workers", "ratio"),
-    "comm_share": ("share of a step spent communicating", "ratio"),
-    "comm_ms": ("milliseconds of a step spent communicating", "ms"),
+    # what these count is the case's own `how` (a timed allreduce, or all the strategy adds to
+    # a step), so _bench_quantities appends it: two cases' shares may not be measured alike
+    "comm_share": ("share of a step", "ratio"),
+    "comm_ms": ("milliseconds of a step", "ms"),
 }
+_COMM_FIELDS = ("comm_share", "comm_ms")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ def _bench_quantities(path: Path) -> list[Quantity]:
             if value is None:
                 continue
             what, unit = _CASE_FIELDS[field]
+            if field in _COMM_FIELDS:
+                what = f"{what}, {case.comm_how or 'how not recorded'}"
             out.append(Quantity(f"bench.{case.name}.{field}", float(value), unit, what, path.name))
     if res.overhead_ratio is not None:
         ratios = res.overhead_ratios

@@ -65,18 +65,18 @@ FAST_TEST_EXAMPLES = 1000
 
 # A speed setting, not needed for correctness ("[speed]" in the lessons' scripts): TensorFlow's
 # BFC allocator for CPU tensors (read by TensorFlow's C++ ProcessState::GetCPUAllocator when it
-# makes its CPU device, so setting it here, before any op runs, is early enough). Measured in
-# some process starts: under MirroredStrategy, MultiWorkerMirroredStrategy or
+# makes its CPU device, so setting it here, before any op runs, is early enough). In some process
+# starts on the kit's 2-core machine, under MirroredStrategy, MultiWorkerMirroredStrategy or
 # OneDeviceStrategy, the default CPU allocator gave memory back and took it again every step:
-# ~11,700 minor page faults per step of the MNIST CNN (about 46 MB of fresh pages the kernel
-# must zero), twice the CPU time per step of the same loop without a strategy (75-87 against
-# 37-44 ms, core 0 pinned; glibc's MALLOC_* settings and steps_per_execution=16 changed
-# neither). With the BFC allocator, which keeps its memory: 465 faults and 44.7 ms per step,
-# the no-strategy cost. Other starts ran at the no-strategy speed with either allocator.
+# thousands of minor page faults per step of the MNIST CNN (fresh pages the kernel must zero)
+# and clearly more CPU time per step than the same loop without a strategy (glibc's MALLOC_*
+# settings and steps_per_execution changed neither). The BFC allocator keeps its memory and ran
+# at the no-strategy cost; other starts ran at that speed with either allocator. Notebook 08,
+# section 11 measures it on the learner's machine.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")  # [speed]
 
 # Steps Keras runs per call into TensorFlow (compile(steps_per_execution=...)). 1 stays the
-# default: with the allocator above the halving is gone, and on this CPU 16 steps per call
+# default: with the allocator above the extra CPU time is gone, and on this CPU 16 steps per call
 # measured 3,941-3,945 examples/s against 3,967-3,970 for 1: Python's per-step
 # dispatch is not what limits this model. Raise it for small models or fast accelerators;
 # the dashboard then gets one record per execution (KerasReporter counts every step).

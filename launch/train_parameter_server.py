@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         model = models.for_dataset(args.dataset, seed=args.seed)
         # Any tf-keras optimizer trains under PS (notebook 03's script uses the new Adam); TF's
         # PS tutorial recommends legacy ones for speed (fewer "hotspot" variables every ps
-        # reads each step), and here the legacy Adam trained clearly faster than the new one.
+        # reads each step).
         optimizer = models.make_optimizer("adam", args.lr, legacy=True)  # [speed]
         optimizer.iterations  # noqa: B018  [dist] the update counter: created now, on a ps
     where = placement(model)

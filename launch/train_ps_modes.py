@@ -313,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     lr = args.lr * per_update
     with strategy.scope():  # [dist] weights and optimizer slots on the ps tasks
         model = models.for_dataset(args.dataset, seed=args.seed)
-        # legacy: TF's PS tutorial recommends it for speed, and it was faster here (as in
-        # launch/train_parameter_server.py); the new optimizers train under PS as well.
+        # legacy: TF's PS tutorial recommends it for speed, as in
+        # launch/train_parameter_server.py; the new optimizers train under PS as well.
         optimizer = models.make_optimizer("adam", lr, legacy=True)  # [speed]
         optimizer.iterations  # noqa: B018  [dist] the update counter: created now, on a ps
     if args.mode == "sync":

@@ -74,9 +74,8 @@ def start() -> tuple[ModuleType, tuple[int, ...] | None]:
         # The threads hvd.init() started (Horovod's background thread, MPI's or Gloo's) share
         # this rank's core with its compute, and Horovod's wakes every cycle (1 ms) to
         # negotiate: each wake-up preempted the compute mid-kernel. At idle priority they run
-        # when the compute waits for them. MNIST CNN, one core a rank, 4 alternating rounds
-        # of 200 steps (issue 14): 1 rank 4,846-5,371 -> 5,395-5,729 examples/s (single
-        # process: 5,638-5,819); 2 ranks 8,483-9,594 -> 8,831-9,619, within their spread.
+        # when the compute waits for them: one rank a core trained faster this way, two
+        # ranks within their spread (docs/design.md, engineering notes).
         pinning.idle_priority(pinning.thread_ids() - before)
     return module, cpus
 

@@ -16,7 +16,7 @@ module with a `Strategy` subclass, registered::
 
 Built in: ``mirrored``, ``multi_worker``, ``parameter_server``, ``horovod``.
 
-Note for ddlkit.bench (helper B, issue 13): a bench case's strategy conventions come from
+Note for ddlkit.bench: a bench case's strategy conventions come from
 here too: ``strategies.get(name).speaker(run.results())`` for the report that speaks for
 a run, ``.result_processes(config)`` for its process count, ``.needs_horovodrun`` for
 the Horovod-only steps (timeline, rank pinning through

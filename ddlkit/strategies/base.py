@@ -124,6 +124,7 @@ class Strategy:
     name: ClassVar[str]
     title: ClassVar[str] = ""  # e.g. "MultiWorkerMirroredStrategy"
     needs_horovodrun: ClassVar[bool] = False  # its launcher process is horovodrun
+    chief: ClassVar[bool] = False  # a chief task of its own (a PS coordinator)
     # Whose report speaks for the run, in order of preference (the first one present).
     speakers: ClassVar[tuple[str, ...]] = (contract.task_name("worker", 0),)
     # What a script written for it calls (ddlkit.launch.script_check reads scripts for it):
@@ -187,8 +188,6 @@ class Strategy:
 class TaskStrategy(Strategy):
     """A strategy of one process per TF task (TF_CONFIG each): the cluster's tasks on free
     local ports, or on the hosts' slots from ``config.base_port`` up."""
-
-    chief: ClassVar[bool] = False  # a chief task of its own (a PS coordinator)
 
     def ps(self, config: RunConfig) -> int:
         return 0

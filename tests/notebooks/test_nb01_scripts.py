@@ -51,7 +51,7 @@ def test_mirrored_worker_runs_by_hand_without_ddlkit(data_env, tmp_path):
 
 
 def test_the_worker_script_marks_speed_settings_apart_from_distribution():
-    """`# [dist]` is for lines that exist only for distribution; the allocator only makes the
+    """`# [dist]` is for lines there (or different) because training is distributed; the allocator only makes the
     script faster (`# [speed]`), and the Keras choice is the course's, not distribution's."""
     text = extract(NOTEBOOK)[WORKER]
     lines = {
