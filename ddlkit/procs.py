@@ -71,3 +71,21 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """Live processes (not this one, no zombies) whose environment holds ``name=value``: the
+    processes of a run, a lab or a test that tagged what it started. Another user's processes,
+    which /proc does not let us read, are not found."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ and alive(int(entry)):
+            found.append(int(entry))
+    return found

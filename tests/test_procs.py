@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from ddlkit.procs import alive, descendants
+from ddlkit.procs import alive, descendants, pids_with_env
 
 # A child that starts a grandchild, prints its pid, then sleeps: a two-level tree.
 TREE = (
@@ -49,3 +49,24 @@ def test_descendants_follow_the_tree_and_prune_whole_subtrees():
         assert not {pruned[0].pid, pruned[1]} & left  # the pruned child and its own
     finally:
         _end(kept, pruned)
+
+
+def test_pids_with_env_finds_the_tagged_processes_and_not_their_zombies():
+    tag = f"t{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "DDLKIT_PROCS_TEST": tag}
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    tagged = [subprocess.Popen(sleeper, env=env) for _ in range(2)]
+    other = subprocess.Popen(sleeper, env={**env, "DDLKIT_PROCS_TEST": tag + "x"})
+    try:
+        assert sorted(pids_with_env("DDLKIT_PROCS_TEST", tag)) == sorted(p.pid for p in tagged)
+        tagged[0].kill()
+        deadline = time.monotonic() + 10
+        while alive(tagged[0].pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # killed but not yet reaped: a zombie, which the search leaves out
+        assert pids_with_env("DDLKIT_PROCS_TEST", tag) == [tagged[1].pid]
+        assert pids_with_env("DDLKIT_PROCS_TEST", "nobody") == []
+    finally:
+        for p in [*tagged, other]:
+            p.kill()
+            p.wait()

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.procutil import alive, wait_until
+from harness.procutil import wait_until
+
+from ddlkit.procs import pids_with_env
 
 MARKER = "DDLKIT_LAB_TEST"
 
@@ -119,19 +121,7 @@ def lab_argv(python: str, dirs: LabDirs) -> list[str]:
 
 def tagged_pids(tag: str) -> list[int]:
     """Live processes whose environment holds ``DDLKIT_LAB_TEST=<tag>``."""
-    needle = f"{MARKER}={tag}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-        except OSError:  # gone, or another user's process
-            continue
-        if needle in environ and alive(int(entry)):
-            found.append(int(entry))
-    return found
+    return pids_with_env(MARKER, tag)
 
 
 def kill_tagged(tag: str, timeout: float = 10.0) -> list[int]:

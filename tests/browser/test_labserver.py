@@ -10,7 +10,8 @@ import time
 import uuid
 from pathlib import Path
 
-from labserver import MARKER, LabDirs, alive, kill_tagged, lab_argv, lab_env, tagged_pids
+from harness.procutil import alive
+from labserver import MARKER, LabDirs, kill_tagged, lab_argv, lab_env, tagged_pids
 
 
 def test_lab_env_keeps_the_developers_jupyter_settings_out():

@@ -29,6 +29,7 @@ import pytest
 
 from ddlkit import slurm
 from ddlkit.cluster.ports import free_ports
+from ddlkit.procs import pids_with_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = ("mungekey", "munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scontrol")
@@ -58,18 +59,8 @@ def first_job_id() -> int:
 
 def marked_pids(marker: str) -> list[int]:
     """Live processes whose environment holds ``marker`` (``NAME=value``)."""
-    found, needle = [], marker.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in environ and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
+    name, _, value = marker.partition("=")
+    return pids_with_env(name, value)
 
 
 def tail(path: Path, lines: int = 25) -> str:
