@@ -76,9 +76,9 @@ FAST_TEST_EXAMPLES = 1000
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")  # [speed]
 
 # Steps Keras runs per call into TensorFlow (compile(steps_per_execution=...)). 1 stays the
-# default: with the allocator above the extra CPU time is gone, and on this CPU 16 steps per call
-# measured 3,941-3,945 examples/s against 3,967-3,970 for 1: Python's per-step
-# dispatch is not what limits this model. Raise it for small models or fast accelerators;
+# default: with the allocator above the extra CPU time is gone, and on a 2-core CPU 16 steps per
+# call ran no faster than 1 (ddlkit bench): Python's per-step dispatch is not what limits this
+# model. Raise it for small models or fast accelerators;
 # the dashboard then gets one record per execution (KerasReporter counts every step).
 STEPS_PER_EXECUTION = 1
 

@@ -470,8 +470,8 @@ def dataset_fn(
     PipelineConfig(batch_size=global_batch, shuffle=shuffle, seed=seed, normalize=normalize)
 
     # Autotuning stays on here: a PS worker's iterator lives as long as the worker, so no
-    # fit waits for it at its end, and parameter_server-x1 ran 1,497 examples/s with it
-    # against 1,437 without (ddlkit bench --quick, 2 benchmarks of each).
+    # fit waits for it at its end, and parameter_server-x1 ran faster with it than without
+    # (ddlkit bench --quick, two benchmarks of each on a 2-core CPU).
     return _per_input_pipeline(
         x,
         y,
