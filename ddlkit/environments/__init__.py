@@ -42,8 +42,9 @@ def detect(environ: Mapping[str, str] | None = None) -> type[Environment] | None
     if not SCHEDULERS:
         from ddlkit.environments.kubernetes import Kubernetes
         from ddlkit.environments.slurm import Slurm
+        from ddlkit.environments.spark import Spark
 
-        SCHEDULERS.extend((Slurm, Kubernetes))
+        SCHEDULERS.extend((Slurm, Kubernetes, Spark))
     return next((e for e in SCHEDULERS if e.detect(env)), None)
 
 

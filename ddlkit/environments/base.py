@@ -9,10 +9,12 @@ Two kinds of environment:
   launcher asks the environment for the process's environment, its local command, what
   to check before starting, how to stop it softly, and what an exit code means there;
 - a scheduler starts the processes and tells each who it is
-  (``creates_processes_externally = True``): :class:`~ddlkit.environments.slurm.Slurm`
-  today (Spark and Kubernetes are next). Inside such a process, :meth:`detect` says
-  whether it runs there and :meth:`world_size`, :meth:`global_rank`, :meth:`cluster` and
-  :meth:`task_env` (Slurm) read the scheduler's variables.
+  (``creates_processes_externally = True``): :class:`~ddlkit.environments.slurm.Slurm`,
+  :class:`~ddlkit.environments.kubernetes.Kubernetes` (a pod of an Indexed Job) and
+  :class:`~ddlkit.environments.spark.Spark` (a barrier stage's task). Inside such a
+  process, :meth:`detect` says whether it runs there and :meth:`world_size`,
+  :meth:`global_rank`, :meth:`cluster` and :meth:`task_env` read the scheduler's
+  variables.
 
 :func:`ddlkit.environments.for_worker` is the one place that chooses between local and
 SSH for a `WorkerSpec` (by its ``host``).

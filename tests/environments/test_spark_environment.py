@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ddlkit import contract
+from ddlkit import contract, environments
 from ddlkit.environments.spark import Spark
 from ddlkit.errors import ConfigError
 
@@ -29,6 +29,8 @@ def test_each_task_gets_the_same_cluster_and_its_own_index(tmp_path):
 def test_detect_reads_pysparks_worker_variables():
     assert Spark.detect({"SPARK_BUFFER_SIZE": "65536", "SPARK_AUTH_SOCKET_TIMEOUT": "15"})
     assert not Spark.detect({"SPARK_HOME": "/opt/spark"})
+    task = {"SPARK_BUFFER_SIZE": "65536", "SPARK_AUTH_SOCKET_TIMEOUT": "15"}
+    assert environments.detect(task) is Spark  # the kit's one detect() tries Spark too
 
 
 @pytest.mark.parametrize(("rank", "addresses"), [(3, ADDRESSES), (0, ["nohost"]), (0, [])])
