@@ -32,6 +32,7 @@ _SUBMODULES = {
     "k8s",
     "launch",
     "lesson",
+    "memory",
     "metrics",
     "mirrored",
     "models",
