@@ -1,4 +1,4 @@
-"""Three exact-text edits of Horovod 0.28.1's Python sources, made before its wheel is built.
+"""Four exact-text edits of Horovod 0.28.1's Python sources, made before its wheel is built.
 
     python scripts/patch_horovod.py HOROVOD_SOURCE_DIR
     python scripts/patch_horovod.py --digest
@@ -56,6 +56,33 @@ and identity with an explicit ``tf.cond``. Under cProfile, AutoGraph's transform
 18.8 s (median ratio 0.76), wall 8.0 s against 10.3 s; of ``train_horovod_tape.py``
 (the ``_make_subgraph`` edit in both): 13.8 s against 19.3 s (0.72), wall 7.9 s against
 10.5 s. The ranks' weights were identical to the last digit in every run.
+
+**4. Elastic Horovod's Keras state builds the optimizer's variables when it is made.**
+``hvd.elastic.TensorFlowKerasState`` (and ``KerasState``) brings a joining rank up to date
+by broadcasting ``model.variables`` and then ``optimizer.variables()`` from rank 0. Keras
+optimizers create their slot variables at their first ``apply_gradients`` (tf-keras' Adam:
+``iterations``, then one ``m`` and one ``v`` per weight), so after training the old ranks
+broadcast all of them (9 for a two-layer Dense model) while a new rank, which has not
+trained, broadcasts ``iterations`` alone and moves on to the state's ``broadcast_object``.
+Horovod matches collectives by name: the old ranks wait in ``HorovodBroadcast_Adam_m_...``
+for a rank that waits in ``dict.sz``, and the job hangs after the old ranks' reset
+callbacks have run with the new size (a 2 -> 3 run of ``hvd.elastic.run`` + ``KerasState``
++ ``model.fit``: ``faulthandler.dump_traceback_later`` found an old rank in
+``broadcast_variables(optimizer.variables())``, and the errors raised when it was stopped
+named ``HorovodBroadcast_Adam_m_dense_1_kernel_0`` on rank 0 and ``dict.sz`` on the new
+rank; the same run with ``ObjectState`` and plain all-reduces grows and shrinks without a
+hang). With the edit the same ``KerasState`` run goes 2 -> 3 -> 2 ranks and exits 0, and a
+``KerasState`` made before training names the optimizer's variables exactly as a training
+step does (tf-keras' Adam and SGD, new and legacy).
+horovod/horovod#2652 is this hang; Horovod's own elastic examples work around it in the
+training script with one local training step before the state is made. The edit makes the
+state do it without a step: ``optimizer.build(model.trainable_variables)`` (tf-keras'
+optimizers, what their ``apply_gradients`` calls first) or
+``optimizer._create_all_weights(...)`` (the legacy ones, likewise), both no-ops once built,
+in eager TensorFlow only, so every rank's optimizer has the same variables before any sync.
+It builds them in the optimizer's name scope, as ``apply_gradients`` does: Horovod names each
+broadcast after its variable (``HorovodBroadcast_Adam_m_...``), and a ``build`` outside that
+scope names them ``m/...`` where a training step names them ``Adam/m/...``.
 
 Each edit is exact-text: if Horovod's source differs from what it expects, the script
 stops and says which text it did not find, and writes no file, rather than build something
@@ -210,11 +237,55 @@ TAPE_GRADIENT_PLAIN = (
 )
 
 
+# 4. Elastic Horovod's Keras state, with the optimizer built before any sync.
+TF_ELASTIC = Path("horovod/tensorflow/elastic.py")
+STATE_MARKER = "# ddlkit patch: build the optimizer"
+MODEL_BUILT = """def _model_built(model):
+    return model.built if hasattr(model, 'build') else True
+"""
+OPTIMIZER_BUILT = (
+    MODEL_BUILT
+    + """
+
+"""
+    + STATE_MARKER
+    + """: a new rank's optimizer has no slots until its first step,
+# the old ranks' have them all, and broadcasting two different lists of variables hangs.
+# Built as apply_gradients builds it (in the optimizer's name scope), so a rank that has
+# trained and one that has not name their variables, and Horovod their broadcasts, alike.
+def _build_optimizer(model, optimizer):
+    if optimizer is None or not _executing_eagerly():
+        return
+    var_list = model.trainable_variables
+    if hasattr(optimizer, '_create_all_weights'):  # tf-keras' legacy optimizers
+        with tf.name_scope(optimizer._name), tf.init_scope():
+            optimizer._create_all_weights(var_list)
+    elif hasattr(optimizer, 'build'):  # tf-keras' optimizers
+        with tf.name_scope(optimizer.name or 'optimizer'), tf.init_scope():
+            optimizer.build(var_list)
+"""
+)
+STATE_INIT = """        self.optimizer = optimizer or model.optimizer
+        self.backend = backend
+        self._save_model()
+"""
+STATE_INIT_BUILT = (
+    """        self.optimizer = optimizer or model.optimizer
+        self.backend = backend
+        _build_optimizer(self.model, self.optimizer)  """
+    + STATE_MARKER
+    + """
+        self._save_model()
+"""
+)
+
+
 def digest() -> str:
     """8 hex digits naming what the patch writes (build-horovod.sh's cache key): a change
     to the inserted code builds the wheel again, a change to this file's comments does not."""
     payload = LIBRARY_FLAG + "".join(_patched_call(k, v) for k, v in CHECKS.items())
     payload += KERAS_BACKEND + SUBGRAPH_PLAIN + TAPE_GRADIENT_PLAIN
+    payload += OPTIMIZER_BUILT + STATE_INIT_BUILT
     return hashlib.sha256(payload.encode()).hexdigest()[:8]
 
 
@@ -275,6 +346,14 @@ def patch_tape_gradient(text: str) -> str:
     return _replace_once(text, TF_INIT, TAPE_GRADIENT, TAPE_GRADIENT_PLAIN)
 
 
+def patch_keras_state(text: str) -> str:
+    """horovod/tensorflow/elastic.py with TensorFlowKerasState building its optimizer's
+    variables before it saves or syncs them (pure; raises PatchError on a mismatch)."""
+    text = _unpatched(text, TF_ELASTIC, STATE_MARKER)
+    text = _replace_once(text, TF_ELASTIC, MODEL_BUILT, OPTIMIZER_BUILT)
+    return _replace_once(text, TF_ELASTIC, STATE_INIT, STATE_INIT_BUILT, "KerasState's set-up")
+
+
 def patched_files(source: Path) -> dict[Path, str]:
     """Every file the patch edits under ``source``, with its new text (reads only)."""
     files = {source / UTIL: patch_util((source / UTIL).read_text())}
@@ -282,6 +361,7 @@ def patched_files(source: Path) -> dict[Path, str]:
         files[source / name] = patch_keras_backend((source / name).read_text(), name)
     files[source / TF_UTIL] = patch_subgraph((source / TF_UTIL).read_text())
     files[source / TF_INIT] = patch_tape_gradient((source / TF_INIT).read_text())
+    files[source / TF_ELASTIC] = patch_keras_state((source / TF_ELASTIC).read_text())
     return files
 
 

@@ -1,7 +1,7 @@
 """scripts/patch_horovod.py: its exact-text edits of Horovod's sources, as data, and what
 the patched install does (horovodrun's build check answers from the library; Horovod's
 Keras uses tf-keras's backend and never imports Keras 3; its all-reduce is traced without
-AutoGraph)."""
+AutoGraph; elastic Horovod's Keras state builds its optimizer before any sync)."""
 
 from __future__ import annotations
 
@@ -190,11 +190,41 @@ def test_the_tapes_gradient_runs_as_written_inside_a_traced_step():
         patch.patch_tape_gradient(TAPE.replace("use_generic_names=False", "names=False"))
 
 
+# The parts of Horovod 0.28.1's horovod/tensorflow/elastic.py the patch edits.
+ELASTIC = """def _model_built(model):
+    return model.built if hasattr(model, 'build') else True
+
+
+class TensorFlowKerasState(ObjectState):
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        self.model = model
+        if not _model_built(model):
+            raise ValueError('Model must be built first. Run `model.build(input_shape)`.')
+
+        self.optimizer = optimizer or model.optimizer
+        self.backend = backend
+        self._save_model()
+"""
+
+
+def test_the_keras_state_builds_its_optimizer_before_it_saves_or_syncs():
+    text = patch.patch_keras_state(ELASTIC)
+    assert patch.STATE_MARKER in text and "def _build_optimizer(" in text
+    built = text.index("_build_optimizer(self.model, self.optimizer)")
+    assert text.index("self.optimizer = optimizer") < built < text.index("self._save_model()")
+    compile(text, "elastic.py", "exec")
+    with pytest.raises(patch.PatchError, match="already patched"):
+        patch.patch_keras_state(text)
+    with pytest.raises(patch.PatchError, match="KerasState's set-up once, found it 0 times"):
+        patch.patch_keras_state(ELASTIC.replace("        self._save_model()\n", ""))
+
+
 def _source_tree(root: Path) -> None:
     files = {
         patch.UTIL: UTIL,
         patch.TF_UTIL: TF_UTIL,
         patch.TF_INIT: TAPE,
+        patch.TF_ELASTIC: ELASTIC,
         **{name: KERAS for name in patch.KERAS_FILES},
     }
     for name, text in files.items():
@@ -210,6 +240,7 @@ def test_main_edits_the_files_in_place_and_exits_1_with_the_reason(tmp_path, cap
         assert patch.KERAS_MARKER in (tmp_path / name).read_text()
     assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_UTIL).read_text()
     assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_INIT).read_text()
+    assert patch.STATE_MARKER in (tmp_path / patch.TF_ELASTIC).read_text()
     assert patch.main([str(tmp_path)]) == 1
     assert "already patched" in capsys.readouterr().err
     assert patch.main([str(tmp_path / "missing")]) == 1
@@ -224,6 +255,7 @@ def test_a_file_that_does_not_match_leaves_every_file_unwritten(tmp_path, capsys
     assert (tmp_path / patch.KERAS_FILES[0]).read_text() == KERAS
     assert (tmp_path / patch.TF_UTIL).read_text() == TF_UTIL
     assert (tmp_path / patch.TF_INIT).read_text() == TAPE
+    assert (tmp_path / patch.TF_ELASTIC).read_text() == ELASTIC
 
 
 def _probe(tmp_path: Path, code: str) -> list[str]:
@@ -318,6 +350,7 @@ def test_the_installed_horovodrun_checks_gloo_without_importing_tensorflow(tmp_p
         ("KERAS_BACKEND", "keras.backend", "tf.keras.backend"),
         ("SUBGRAPH_PLAIN", "autograph=False", "autograph=True"),
         ("TAPE_GRADIENT_PLAIN", "do_not_convert", "do_not_convert()"),
+        ("OPTIMIZER_BUILT", "optimizer.build(var_list)", "optimizer.build(var_list[:1])"),
     ],
 )
 def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(
