@@ -33,11 +33,12 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # `dk.data.pipeline` without an explicit import; it loads TensorFlow, so only on use.
-    if name == "pipeline":
+    # `dk.data.pipeline` (it loads TensorFlow) and `dk.data.image_folder` without an explicit
+    # import, loaded only on use.
+    if name in ("pipeline", "image_folder"):
         import importlib
 
-        module = importlib.import_module("ddlkit.data.pipeline")
+        module = importlib.import_module(f"ddlkit.data.{name}")
         globals()[name] = module
         return module
     raise AttributeError(f"module 'ddlkit.data' has no attribute {name!r}")
