@@ -33,9 +33,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # `dk.data.pipeline` (it loads TensorFlow) and `dk.data.image_folder` without an explicit
-    # import, loaded only on use.
-    if name in ("pipeline", "image_folder"):
+    # `dk.data.pipeline` (it loads TensorFlow), `dk.data.image_folder` and `dk.data.text` without an
+    # explicit import, loaded only on use.
+    if name in ("pipeline", "image_folder", "text"):
         import importlib
 
         module = importlib.import_module(f"ddlkit.data.{name}")
