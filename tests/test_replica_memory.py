@@ -180,7 +180,9 @@ LAYOUTS = textwrap.dedent(
     kernel = ps_model.get_layer("dense").kernel
     out["ps"] = [memory.by_device(ps_model.weights), memory.by_device(ps_adam.variables),
                  memory.short_device(ps_adam.iterations.device),
-                 [list(c.shape) for c in memory.components(kernel)], type(kernel).__name__]
+                 [list(c.shape) for c in memory.components(kernel)], type(kernel).__name__,
+                 tf.distribute.experimental.partitioners.MinSizePartitioner(
+                     min_shard_bytes=256 << 10, max_shards=4)(kernel.shape, kernel.dtype)]
     print(json.dumps(out))
     """
 )
@@ -222,8 +224,11 @@ def test_each_stage_device_holds_its_stage_and_its_slots(layouts):
 @pytest.mark.slow
 def test_ps_tasks_hold_the_shards_and_their_slots_and_workers_nothing(layouts):
     P = layouts["params"]
-    weights, adam, counter, shards, kind = layouts["ps"]
+    weights, adam, counter, shards, kind, wider = layouts["ps"]
     assert kind == "ShardedVariable" and shards == [[800, 128], [800, 128]]
+    # 1600 x 128 float32 is 3.125 x 256 KiB: MinSizePartitioner rounds up (4 shards of
+    # 200 KiB, each below min_shard_bytes), as notebook 04b says, and max_shards caps it
+    assert wider == [4, 1]
     assert set(weights) == set(adam) == {"ps:0 CPU:0", "ps:1 CPU:0"}
     assert sum(weights.values()) == 4 * P
     for task, w in weights.items():

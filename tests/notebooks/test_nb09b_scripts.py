@@ -4,10 +4,11 @@
 written from the committed notebook into a temporary folder and run there without ddlkit,
 as a learner runs them by hand. What the notebook states is asserted: every rank ends with
 numpy's sum for 2, 3 and 4 processes, also for sizes the process count does not divide (and
-smaller than it); the trace has 2(N-1) steps, after the reduce-scatter each rank holds one
-complete chunk, and each rank sends 2(N-1)/N of the array; the server's link carries N times
-the array each way; a failing rank ends the run with an error and no process left; and on 2
-ranks the ring equals ``hvd.allreduce(op=hvd.Sum)`` bit for bit.
+smaller than it), and chunk 0 bit for bit (it is added in numpy's order); the trace has
+2(N-1) steps, after the reduce-scatter each rank holds one complete chunk, and each rank
+sends 2(N-1)/N of the array; the server's link carries N times the array each way; a
+failing rank ends the run with an error and no process left; and on 2 ranks the ring
+equals ``hvd.allreduce(op=hvd.Sum)`` bit for bit.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ for size in (2, 3, 4):
         out[f"{size}-{n}"] = {
             "ring_close": [bool(np.allclose(t, expected, rtol=1e-5, atol=1e-5)) for t, _ in runs],
             "ring_identical": [bool(np.array_equal(t, expected)) for t, _ in runs],
+            "chunk0_identical": [
+                bool(np.array_equal(t[: bounds[0][1]], expected[: bounds[0][1]])) for t, _ in runs],
             "steps": [len(rec["trace"]) for _, rec in runs],
             "complete_after_reduce_scatter": [
                 sum(m == 2**size - 1 for m in rec["trace"][size - 2][4]) for _, rec in runs],
@@ -106,6 +109,8 @@ def test_ring_and_server_sum_like_numpy_for_2_to_4_processes(workers, tmp_path):
         assert all(r["ring_close"]), (key, r)
         if size == 2:  # one addition per element, and addition is commutative
             assert all(r["ring_identical"]), (key, r)
+        # chunk 0 travels from rank 0 up: added in numpy's order, so bit for bit numpy's
+        assert all(r["chunk0_identical"]), (key, r)
         assert r["steps"] == [2 * (size - 1)] * size, (key, r)
         chunks = r["chunk_bytes"]
         # one complete chunk per rank after the reduce-scatter, all of them at the end
