@@ -10,8 +10,8 @@ of it. What the notebook states is asserted on these runs:
 - ``FILE`` on four TFRecord files gives worker 0 files 0 and 2, worker 1 files 1 and 3, every
   example once;
 - one TFRecord file for two workers: worker 0 raises ``InvalidArgumentError`` ("Could not
-  apply FILE based sharding: the dataset only has 1 file(s)"), worker 1 fails in the aborted
-  collective, and both processes end by themselves, without a hang.
+  apply FILE based sharding: the dataset only has 1 file(s)"), worker 1 (no file, no such
+  error) fails in the aborted collective, and both processes end by themselves, without a hang.
 """
 
 from __future__ import annotations
@@ -179,4 +179,5 @@ def test_fewer_files_than_workers_fails_on_both_without_a_hang(inputs, tmp_path)
     assert "errors_impl.InvalidArgumentError" in logs[0], logs[0][-3000:]
     assert "Could not apply FILE based sharding: the dataset only has 1 file(s)" in logs[0]
     assert "Collective ops is aborted" in logs[1], logs[1][-3000:]
+    assert "Could not apply FILE based sharding" not in logs[1], "worker 1 has no file to shard"
     assert not list(out.iterdir()), "a worker finished its epoch"

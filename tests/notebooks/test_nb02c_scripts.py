@@ -10,8 +10,14 @@ checkpoint directory, as the notebook does with the kit:
 2. a relaunch with ``--preemption`` resumes at that step (the steps redone are at most
    ``--save-every``); worker 1 then gets SIGTERM, and both workers save at one step and exit
    with the script's code 42, that step being the last one either trained;
-3. a relaunch resumes at exactly that step (nothing redone) and trains to the end, and no
-   non-chief's temporary directory is left.
+3. a relaunch resumes at exactly that step (nothing redone) and trains to the end, both
+   workers print the same checksum of their own copy of the weights, and no non-chief's
+   temporary directory is left.
+
+Every checkpoint file, the preemption's included (the handler saves through the script's
+manager, ``TerminationConfig(save_fn=...)``), is numbered by the global step it holds. The
+script restores by hand on every path, before it makes the handler (on a GCP CPU VM the
+handler restores nothing).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ KILL_AT, PREEMPT_AFTER = 15, 10
 PREEMPTED_EXIT = 42
 STEP = re.compile(r"^worker (\d) step (\d+) loss (\S+)$", re.MULTILINE)
 START = re.compile(r"^worker \d starts at step (\d+)", re.MULTILINE)
+WEIGHTS = re.compile(r"^worker \d weights (\S+)$", re.MULTILINE)
 SAVED = re.compile(r"^worker \d saved a checkpoint at step (\d+) on preemption$", re.MULTILINE)
 
 
@@ -76,8 +83,36 @@ def test_script_is_plain_tensorflow_with_an_optional_ddlkit_block():
         "tf.train.latest_checkpoint(",
         "PreemptionCheckpointHandler(",
         "reset_state()",
+        "save_fn=",
     ):
         assert api in text, f"{SCRIPT} no longer calls {api}"
+
+
+def test_script_restores_by_hand_before_the_handler():
+    """On a GCP CPU VM the handler neither restores nor saves: the script must restore on
+    every path, before it makes the handler, not only without --preemption."""
+    tree = ast.parse(extract(NOTEBOOK)[SCRIPT])
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+
+    def calls(node, name):
+        return [
+            n
+            for n in ast.walk(node)
+            if isinstance(n, ast.Call)
+            and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == name
+        ]
+
+    def on_preemption(node):
+        return isinstance(node, ast.If) and "args.preemption" in ast.unparse(node.test)
+
+    branches = [n for n in ast.walk(main) if on_preemption(n)]
+    assert branches, "no `if args.preemption:` branch"
+    assert not [c for b in branches for c in calls(b, "restore")], "restore only on one path"
+    restores = [
+        c.lineno for stmt in main.body if not on_preemption(stmt) for c in calls(stmt, "restore")
+    ]
+    handlers = [c.lineno for c in calls(main, "PreemptionCheckpointHandler")]
+    assert restores and handlers and max(restores) < min(handlers), (restores, handlers)
 
 
 class Job:
@@ -133,8 +168,8 @@ class Job:
 
 
 def _latest_number(ckpt: Path) -> int:
-    """The chief's newest checkpoint, by the number in its name (the script numbers by step,
-    the handler by its save counter): from the manager's plain-text state file."""
+    """The chief's newest checkpoint, by the number in its name (the global step: the handler
+    saves through the script's manager): from the manager's plain-text state file."""
     state = (ckpt / "checkpoint").read_text()
     return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state, re.MULTILINE).group(1))
 
@@ -175,6 +210,7 @@ def test_killed_then_preempted_then_resumed(tmp_path):
         assert said[0] == said[1] and len(said[0]) == 1, (said, run2.tails())
         preempt_step = int(said[0][0])
         assert run2.steps(0)[-1] == run2.steps(1)[-1] == preempt_step, run2.tails()
+        assert _latest_number(ckpt) == preempt_step, "the preemption file is not named by step"
 
         # 3. relaunch: resume exactly there and finish
         jobs.append(run3 := Job(script, tmp_path, "resumed", [*args, "--preemption"]))
@@ -183,7 +219,9 @@ def test_killed_then_preempted_then_resumed(tmp_path):
         assert starts == [preempt_step, preempt_step], (starts, preempt_step)
         assert run3.steps(0) == list(range(preempt_step + 1, EPOCHS * STEPS + 1))
         losses = [[loss for _, _, loss in STEP.findall(run3.text(i))] for i in range(2)]
-        assert losses[0] == losses[1], "the two workers train one synchronised model"
+        assert losses[0] == losses[1], "the all-reduced loss, equal on both by construction"
+        weights = [WEIGHTS.findall(run3.text(i)) for i in range(2)]
+        assert len(weights[0]) == 1 and weights[0] == weights[1], weights  # each one's own copy
         assert _latest_number(ckpt) == EPOCHS * STEPS
         assert not list(ckpt.parent.glob("workertemp_*")), "a non-chief's temp dir is left"
     finally:
