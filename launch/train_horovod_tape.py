@@ -3,7 +3,7 @@
 Horovod 0.28.1's tape and broadcast fail on Keras 3 variables ("'Variable' object has no
 attribute 'ref'", horovod/horovod#4290); ddlkit.horovod's wrappers hand Horovod the
 tf.Variables inside them, so the same loop runs on both Keras versions. Notebook 05 writes
-the tf-keras loop with Horovod's own calls (``workers/hvd_tape.py``). Lines that exist
+the tf-keras loop with Horovod's own calls (``workers/hvd_ctl.py``). Lines that exist
 only for distribution carry a ``[dist]`` comment, options that only change its speed
 ``[speed]``.
 On a host with GPUs ``dkh.init()`` pins each rank to ``gpus[hvd.local_rank()]``.

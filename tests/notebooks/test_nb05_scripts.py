@@ -1,6 +1,6 @@
 """Notebook 05's Horovod scripts, run by hand under horovodrun where ddlkit cannot be imported.
 
-``workers/hvd_hello.py``, ``workers/hvd_worker.py`` and ``workers/hvd_tape.py`` are taken out
+``workers/hvd_hello.py``, ``workers/hvd_worker.py`` and ``workers/hvd_ctl.py`` are taken out
 of the committed notebook and started as the notebook tells a learner to:
 ``horovodrun -np 2 -H localhost:2 --gloo python workers/<script>.py``, with an environment
 in which ``import ddlkit`` fails (horovodrun passes its environment on to every rank, which a
@@ -25,7 +25,7 @@ from ddlkit import settings
 from ddlkit.launch import plan
 
 NOTEBOOK = NOTEBOOKS / "05_horovod.ipynb"
-HELLO, WORKER, TAPE = "workers/hvd_hello.py", "workers/hvd_worker.py", "workers/hvd_tape.py"
+HELLO, WORKER, CTL = "workers/hvd_hello.py", "workers/hvd_worker.py", "workers/hvd_ctl.py"
 TIMEOUT = 900  # seconds; two TensorFlow ranks on a loaded 2-core machine
 RANK_LINE = re.compile(r"^\[(\d)\]<stdout>:(.*)$", re.MULTILINE)
 
@@ -74,7 +74,7 @@ def _horovodrun(script: Path, *args: str, tmp_path: Path) -> str:
 
 def test_scripts_import_tensorflow_and_horovod_and_ddlkit_only_guarded():
     scripts = extract(NOTEBOOK)
-    assert set(scripts) == {HELLO, WORKER, TAPE}
+    assert set(scripts) == {HELLO, WORKER, CTL}
     for name, text in scripts.items():
         tree = ast.parse(text)
         assert ast.get_docstring(tree) and "horovodrun -np 2 -H localhost:2" in text, name
@@ -103,20 +103,28 @@ def test_scripts_import_tensorflow_and_horovod_and_ddlkit_only_guarded():
     ):
         assert call in worker, call
     assert 'activation="softmax"' not in worker
-    tape = scripts[TAPE]
+    ctl = scripts[CTL]
     for call in (
+        'tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")',
+        "train.shard(hvd.size(), hvd.rank())",
         "hvd.DistributedGradientTape(tape)",
+        "optimizer.apply_gradients(",
         "hvd.broadcast_variables(model.variables, root_rank=0)",
         "hvd.broadcast_variables(optimizer.variables, root_rank=0)",
+        "tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=next_epoch)",
+        'hvd.broadcast(next_epoch, root_rank=0, name="resume_epoch")',
+        "last = int(hvd.join())",
+        "hvd.broadcast_variables(model.variables, root_rank=last)",
+        "if rank == 0:",
     ):
-        assert call in tape, call
-    for text in (worker, tape):
+        assert call in ctl, call
+    for text in (worker, ctl):
         top = [ast.unparse(n) for n in ast.parse(text).body]
         keras = next(i for i, line in enumerate(top) if "TF_USE_LEGACY_KERAS" in line)
         assert keras < top.index("import tensorflow as tf"), "choose tf-keras before TF loads"
 
 
-@pytest.mark.parametrize("name", [WORKER, TAPE])
+@pytest.mark.parametrize("name", [WORKER, CTL])
 def test_without_its_dist_lines_a_script_is_python_that_names_no_horovod(name):
     text = extract(NOTEBOOK)[name]
     kept = "\n".join(line for line in text.splitlines() if "# [dist]" not in line)
@@ -186,20 +194,40 @@ def test_worker_trains_on_both_ranks_to_the_same_accuracy_and_rank_0_checkpoints
     ]
 
 
+def _numbers(ranks: dict[int, list[str]], pattern: str) -> dict[int, list[float]]:
+    """What ``pattern`` captures in each rank's lines, as numbers: {rank: [values]}."""
+    found = {r: [re.search(pattern, line) for line in lines] for r, lines in ranks.items()}
+    return {r: [float(m.group(1)) for m in ms if m] for r, ms in found.items()}
+
+
 @pytest.mark.slow
-def test_tape_loop_broadcasts_after_step_one_and_ends_with_equal_replicas(tmp_path):
-    script = write_scripts(NOTEBOOK, tmp_path)[TAPE]
+def test_loop_joins_uneven_ranks_and_a_relaunch_resumes_at_rank_0s_epoch(tmp_path):
+    script = write_scripts(NOTEBOOK, tmp_path)[CTL]
     data = settings.data_dir() / "mnist.npz"
     assert data.exists(), f"{data} is missing. Fix: make install (it prepares the offline data)"
-    ranks = _stdout_by_rank(
-        _horovodrun(script, "--steps", "6", "--data", str(data), tmp_path=tmp_path)
-    )
-    line = re.compile(
-        r"rank (\d): weights (-?[\d.]+) after step 1, (-?[\d.]+) at the end; "
-        r"mean loss ([\d.]+)"
-    )
-    found = {rank: line.fullmatch(lines[-1]) for rank, lines in ranks.items()}
-    assert sorted(found) == [0, 1] and all(found.values()), ranks
-    first, last = ({m.group(i) for m in found.values()} for i in (2, 3))
-    assert len(first) == 2, f"the ranks started equal: the broadcast shows nothing: {ranks}"
-    assert len(last) == 1, f"the replicas differ after the broadcast: {ranks}"
+    args = ["--steps", "4", "--extra", "3", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    args += ["--data", str(data)]
+    # The first launch trains epoch 0: rank 1 has 3 batches more than rank 0, and the job
+    # ends (a rank left in an allreduce would hold horovodrun until the timeout).
+    first = _stdout_by_rank(_horovodrun(script, "--epochs", "1", *args, tmp_path=tmp_path))
+    assert sorted(first) == [0, 1], first
+    assert _numbers(first, r"starts at epoch (\d+)") == {0: [0], 1: [0]}, first
+    assert _numbers(first, r"epoch 0: (\d+) steps") == {0: [4], 1: [7]}, first
+    # While rank 0 had joined, rank 1's allreduce averaged its 1.0 with rank 0's zero.
+    assert _numbers(first, r"with the others joined: ([\d.]+)") == {0: [], 1: [0.5]}, first
+    assert _numbers(first, r"the last to join was rank (\d)") == {0: [1], 1: [1]}, first
+    weights = _numbers(first, r"weights (-?[\d.]+)")
+    assert weights[0] == weights[1] and len(weights[0]) == 1, first  # equal after the broadcast
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.index")) == ["ckpt-1.index"]
+    # The relaunch asks for 2 epochs: rank 0 restores epoch 0's checkpoint and every rank
+    # starts at epoch 1, the one rank 0 broadcast; epoch 0 is not trained again.
+    again = _stdout_by_rank(_horovodrun(script, "--epochs", "2", *args, tmp_path=tmp_path))
+    assert _numbers(again, r"starts at epoch (\d+)") == {0: [1], 1: [1]}, again
+    assert _numbers(again, r"epoch (\d+): \d+ steps") == {0: [1], 1: [1]}, again
+    assert _numbers(again, r"epoch 1: (\d+) steps") == {0: [4], 1: [7]}, again
+    resumed = _numbers(again, r"weights (-?[\d.]+)")
+    assert resumed[0] == resumed[1] and resumed[0] != weights[0], again
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.index")) == [
+        "ckpt-1.index",
+        "ckpt-2.index",
+    ]
