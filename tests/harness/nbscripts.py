@@ -14,12 +14,21 @@ and ``python -m`` put the working directory first on ``sys.path``, ahead of the 
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
 from ddlkit.lesson import extract, scripts
 
-__all__ = ["NOTEBOOKS", "extract", "no_ddlkit_env", "write_scripts"]
+__all__ = [
+    "NOTEBOOKS",
+    "extract",
+    "guarded_imports",
+    "imported_roots",
+    "no_ddlkit_env",
+    "private_attributes",
+    "write_scripts",
+]
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 BLOCKED = "ddlkit is not importable here on purpose: this script must run without ddlkit"
@@ -51,3 +60,45 @@ def no_ddlkit_env(tmp_path: str | os.PathLike, **extra: str) -> dict[str, str]:
     env.update(PYTHONPATH=str(blocker), TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
+
+
+# -- what a script's code uses, read from its syntax tree (the static tests of every notebook) ---
+def imported_roots(tree: ast.AST) -> set[str]:
+    """The top-level packages ``tree`` imports (``tf_keras.src.x`` -> ``tf_keras``)."""
+    return {
+        (getattr(node, "module", None) or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def private_attributes(tree: ast.AST) -> list[str]:
+    """``line N: ._name`` for every private attribute ``tree`` reads (dunders allowed)."""
+    return [
+        f"line {n.lineno}: .{n.attr}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
+    ]
+
+
+def guarded_imports(tree: ast.AST, package: str) -> tuple[int, int]:
+    """How many imports of ``package`` ``tree`` has, and how many of them sit inside a
+    ``try`` whose handlers catch ``ImportError`` (the scripts' optional ddlkit block)."""
+    guarded = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Try)
+        and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
+    imports = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        and any(
+            (getattr(n, "module", None) or alias.name).split(".")[0] == package for alias in n.names
+        )
+    ]
+    return len(imports), sum(id(n) in guarded for n in imports)

@@ -22,7 +22,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.nbscripts import (
+    NOTEBOOKS,
+    extract,
+    guarded_imports,
+    no_ddlkit_env,
+    private_attributes,
+    write_scripts,
+)
 
 from ddlkit import settings
 from ddlkit.cluster.ports import free_ports
@@ -53,29 +60,11 @@ print("right", int((classes == y).sum()), len(y))
 def test_script_is_plain_tensorflow_with_an_optional_ddlkit_block():
     text = extract(NOTEBOOK)[SCRIPT]
     tree = ast.parse(text)
-    private = [
-        f"line {n.lineno}: .{n.attr}"
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
-    ]
+    private = private_attributes(tree)
     assert not private, f"private attributes in {SCRIPT}: {private}"
-    guarded = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(
-            isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers
-        ):
-            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    imports = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Import | ast.ImportFrom)
-        and any(
-            (getattr(n, "module", None) or alias.name).split(".")[0] == "ddlkit"
-            for alias in n.names
-        )
-    ]
-    assert imports, "the optional live-metrics block is gone"
-    assert all(id(n) in guarded for n in imports), "ddlkit imported outside try/except ImportError"
+    found, guarded = guarded_imports(tree, "ddlkit")
+    assert found, "the optional live-metrics block is gone"
+    assert guarded == found, "ddlkit imported outside try/except ImportError"
     top = [ast.unparse(n) for n in tree.body]
     keras = next(i for i, line in enumerate(top) if "TF_USE_LEGACY_KERAS" in line)
     assert keras < top.index("import tensorflow as tf"), "tf-keras must be chosen before TF loads"

@@ -25,7 +25,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.nbscripts import (
+    NOTEBOOKS,
+    extract,
+    imported_roots,
+    no_ddlkit_env,
+    private_attributes,
+    write_scripts,
+)
 
 from ddlkit import settings
 from ddlkit.cluster.ports import free_ports
@@ -40,15 +47,8 @@ PER_CLASS = 4  # 20 images
 def test_script_is_plain_tensorflow():
     text = extract(NOTEBOOK)[SCRIPT]
     tree = ast.parse(text)
-    modules = {
-        (getattr(n, "module", None) or alias.name).split(".")[0]
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Import | ast.ImportFrom)
-        for alias in n.names
-    }
-    assert "ddlkit" not in modules, "the script must run without ddlkit"
-    private = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
-    assert not [a for a in private if a.startswith("_") and not a.startswith("__")]
+    assert "ddlkit" not in imported_roots(tree), "the script must run without ddlkit"
+    assert not private_attributes(tree)
     top = [ast.unparse(n) for n in tree.body]
     keras = next(i for i, line in enumerate(top) if "TF_USE_LEGACY_KERAS" in line)
     assert keras < top.index("import tensorflow as tf"), "tf-keras must be chosen before TF loads"

@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.nbscripts import (
+    NOTEBOOKS,
+    extract,
+    imported_roots,
+    no_ddlkit_env,
+    write_scripts,
+)
 from harness.procutil import marked_pids, wait_until
 
 from ddlkit import settings
@@ -79,12 +85,7 @@ def test_scripts_import_tensorflow_and_horovod_and_ddlkit_only_guarded():
         tree = ast.parse(text)
         assert ast.get_docstring(tree) and "horovodrun -np 2 -H localhost:2" in text, name
         assert 'if __name__ == "__main__"' in text and "def main()" in text, name
-        roots = {
-            (getattr(node, "module", None) or alias.name).split(".")[0]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import | ast.ImportFrom)
-            for alias in node.names
-        }
+        roots = imported_roots(tree)
         allowed = {"argparse", "os", "horovod", "numpy", "tensorflow", "ddlkit", "hvd_worker"}
         assert roots <= allowed, roots
     worker = scripts[WORKER]

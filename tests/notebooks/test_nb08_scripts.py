@@ -21,7 +21,14 @@ import sys
 from subprocess import PIPE
 
 import pytest
-from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
+from harness.nbscripts import (
+    NOTEBOOKS,
+    extract,
+    guarded_imports,
+    imported_roots,
+    no_ddlkit_env,
+    write_scripts,
+)
 from harness.procutil import marked_pids, wait_until
 
 from ddlkit import settings
@@ -41,15 +48,6 @@ RATE = re.compile(r"^\[(\d)\]<stdout>:rank (\d): ([\d.]+) examples/s$", re.MULTI
 STDLIB = {"argparse", "json", "os", "resource", "time"}
 
 
-def _roots(tree: ast.AST) -> set[str]:
-    return {
-        (getattr(node, "module", None) or alias.name).split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in node.names
-    }
-
-
 def _lines_marked(text: str, mark: str) -> list[str]:
     return [line.split("#")[0].strip() for line in text.splitlines() if f"# {mark}" in line]
 
@@ -66,26 +64,14 @@ def test_scripts_are_tensorflow_horovod_and_the_standard_library_only():
     for name, text in scripts.items():
         tree = ast.parse(text)
         assert ast.get_docstring(tree), name
-        assert _roots(tree) <= allowed[name], (name, _roots(tree) - allowed[name])
+        assert imported_roots(tree) <= allowed[name], (name, imported_roots(tree) - allowed[name])
         if name != LOGS:
             assert 'if __name__ == "__main__"' in text and "def main()" in text, name
             assert "python workers/" + name.split("/")[1] in text, f"{name}: no by-hand command"
     # the one ddlkit import (live metrics) is optional: inside try/except ImportError
     tree = ast.parse(scripts[MWMS])
-    guarded = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Try)
-        and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers)
-        for stmt in node.body
-        for n in ast.walk(stmt)
-    }
-    ddlkit = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("ddlkit")
-    ]
-    assert ddlkit and all(id(n) in guarded for n in ddlkit), "ddlkit imported outside the guard"
+    found, guarded = guarded_imports(tree, "ddlkit")
+    assert found and guarded == found, "ddlkit imported outside the guard"
 
 
 def test_the_levers_are_written_out_and_marked():
