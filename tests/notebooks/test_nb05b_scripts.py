@@ -70,6 +70,12 @@ def test_scripts_import_tensorflow_horovod_numpy_and_each_other_only():
     average = hvd.index("hvd.callbacks.MetricAverageCallback()")
     assert average < hvd.index("tf.keras.callbacks.ReduceLROnPlateau("), "the order is the lesson"
     assert "if rank == 0:" in hvd and "TensorBoard" in hvd.split("if rank == 0:")[1]
+    loader = ast.parse(scripts[LOAD])  # Horovod only inside load(), for hvd.load_model
+    top = {
+        alias.name for node in loader.body if isinstance(node, ast.Import) for alias in node.names
+    }
+    assert not any(name.startswith("horovod") for name in top), top
+    assert "hvd.load_model(path)" in scripts[LOAD] and "compile=False" in scripts[LOAD]
 
 
 @pytest.mark.parametrize("name", [TEXT, HVD])
