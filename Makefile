@@ -18,10 +18,8 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 PYTEST_ARGS ?=
 UV_VERSION := 0.13.9
 # Test files run side by side (pytest-xdist, one file per worker: see conftest.py): most
-# tests wait on process start-up, sockets and daemons (Slurm, Spark), so more workers than
-# cores finish sooner. With 3 on 2 cores the suite's CPU seconds (DDLKIT_CPU_REPORT) filled
-# 84% of the cores' time; 4 keep them busier while one file waits.
-TEST_JOBS ?= 4
+# tests wait on process start-up and sockets, so 3 workers on 2 cores finish sooner.
+TEST_JOBS ?= 3
 
 .PHONY: lab test install system data horovod horovod-optional lint clean-venv
 

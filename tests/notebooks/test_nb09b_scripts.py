@@ -75,8 +75,15 @@ try:
     ring_09b.start([(fail, ()), (hang, ())], timeout=60)
 except RuntimeError as error:
     print("raised", error)
-children = [p for p in os.listdir("/proc") if p.isdigit()
-            and open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(os.getpid())]
+
+def parent(pid):  # None for a process that ended while we looked
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[1]
+    except OSError:
+        return None
+
+children = [p for p in os.listdir("/proc") if p.isdigit() and parent(p) == str(os.getpid())]
 print("children", len(children))
 """
 
