@@ -21,35 +21,56 @@ def _sockaddr(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
     return family, sockaddr
 
 
-def _pick_ports(counts: dict[str, int]) -> dict[str, list[int]]:
-    """``counts[host]`` free ports per host, all held open together so none repeats."""
+def _pick_ports(counts: dict[str, int], tries: int = 200) -> dict[str, list[int]]:
+    """``counts[host]`` free ports per host, picked at random in :data:`SERVER_PORTS`, all
+    held open together so none repeats; ConfigError after ``tries`` taken ports beyond them."""
+    import random
+
+    low, high = SERVER_PORTS
     picked: dict[str, list[int]] = {}
     with contextlib.ExitStack() as held:
         for host, n in counts.items():
             family, sockaddr = _sockaddr(host, 0)
             picked[host] = []
-            for _ in range(n):
-                sock = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
+            taken = 0
+            while len(picked[host]) < n:
+                port = random.randrange(low, high)
+                sock = socket.socket(family, socket.SOCK_STREAM)
                 try:
-                    sock.bind(sockaddr)
+                    sock.bind((sockaddr[0], port, *sockaddr[2:]))
                 except OSError as exc:
-                    raise ConfigError(
-                        f"cannot pick a free port on {host!r}: {exc.strerror}. Fix: use an "
-                        "address of this machine (e.g. 127.0.0.1); for other machines give "
-                        "fixed ports, e.g. ClusterSpec.from_hosts(..., base_port=2222)."
-                    ) from None
-                picked[host].append(sock.getsockname()[1])
+                    sock.close()
+                    if exc.errno != errno.EADDRINUSE:
+                        raise ConfigError(
+                            f"cannot pick a free port on {host!r}: {exc.strerror}. Fix: use an "
+                            "address of this machine (e.g. 127.0.0.1); for other machines give "
+                            "fixed ports, e.g. ClusterSpec.from_hosts(..., base_port=2222)."
+                        ) from None
+                    taken += 1
+                    if taken > tries + n:
+                        raise ConfigError(
+                            f"no {n} free ports between {low} and {high} on {host!r} after "
+                            f"{taken} taken ones. Fix: end what holds them, or give fixed "
+                            "ports (base_port=...)."
+                        ) from None
+                    continue
+                held.enter_context(sock)
+                picked[host].append(port)
     return picked
 
 
 # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ... (dk.where.Hosts' default)
 BASE_PORT = 29600
 
-# Ports servers may keep for a while: below Linux's ephemeral range (ip_local_port_range,
-# 32768-60999 by default), which the kernel hands to outgoing connections and to port 0,
-# and below zmq's random ports (49152-65535): a port picked there and bound minutes later
-# (a live worker's TF server, created when a cell makes the strategy) may be taken by then.
-SERVER_PORTS = (20000, 32768)
+# Ports for servers on this machine (free_ports, free_port_block): below Linux's ephemeral
+# range (ip_local_port_range, 32768-60999 by default), which the kernel hands to outgoing
+# connections and to port 0, and below zmq's random ports (49152-65535). A port picked there
+# and bound seconds later (a TF server, once TensorFlow has loaded) may be taken by then by
+# any connection, or be the port a peer's client connects from to reach it (a TCP
+# self-connect: the client then talks to itself, and the job hangs). Below 20000 too: a
+# Slurm job's workers take fixed ports from 20000 up to the ephemeral range, by job id
+# (ddlkit.environments.slurm), unchecked, so a port picked there could be one of theirs.
+SERVER_PORTS = (10000, 20000)
 
 
 def free_port_block(count: int, host: str = "", tries: int = 200) -> int:
@@ -78,9 +99,10 @@ def free_port_block(count: int, host: str = "", tries: int = 200) -> int:
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports that are free on ``host`` right now.
 
-    Each comes from binding port 0 (the kernel's choice); all are held until
-    the last is picked, then released. Another process may still take one
-    before the caller binds it, so start servers soon after.
+    Each is picked at random in :data:`SERVER_PORTS` and bound; all are held until the
+    last is picked, then released. Below the kernel's ephemeral range, no outgoing
+    connection takes one meanwhile (nor connects a client to itself there), but another
+    process may still bind one before the caller does, so start servers soon after.
     """
     if not _is_int(n) or n < 0:
         raise ConfigError(f"free_ports(n={n!r}): n must be an integer >= 0. Fix: e.g. n=2.")
