@@ -12,8 +12,10 @@ cell).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +47,31 @@ def submit(
     """Send ``code`` to the engines ``targets``; their messages go to a new Labeller (C++ log
     lines below ``level`` hidden, `ddlkit.interactive.output.hidden`)."""
     labeller = Labeller(names, level=level)
-    result = client[list(targets)].execute(code, silent=False, block=False)
-    for engine, child in zip(targets, result._children, strict=True):
-        child.iopub_callbacks.append(labeller.callback(engine))
+    with _io_held(client):
+        result = client[list(targets)].execute(code, silent=False, block=False)
+        for engine, child in zip(targets, result._children, strict=True):
+            child.iopub_callbacks.append(labeller.callback(engine))
     return Pending(result, labeller, tuple(targets))
+
+
+@contextlib.contextmanager
+def _io_held(client: Any, timeout: float = 10.0) -> Iterator[None]:
+    """Hold ipyparallel's I/O thread, which sends the request and dispatches the engines'
+    messages, until the callbacks are attached: else a quick cell's output may arrive
+    before them and be lost (ipyparallel's own ``stream_output`` has this race: "FIXME:
+    there's still a race here", client/asyncresult.py). ``timeout`` bounds the hold."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(timeout)
+
+    client._io_loop.add_callback(hold)
+    held.wait(timeout)
+    try:
+        yield
+    finally:
+        release.set()
 
 
 def wait(

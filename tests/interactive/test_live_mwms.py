@@ -121,6 +121,25 @@ def test_the_cells_written_out_run_under_launch_start_and_by_hand(workers, tmp_p
     assert all("total 3.0" in o for o in outs)
 
 
+def test_a_quick_cells_output_is_shown_though_the_callbacks_were_attached_late(
+    workers, capsys, monkeypatch
+):
+    # The notebook's thread is descheduled between sending a cell and attaching the
+    # callbacks that print its output (a busy machine): the engines answer meanwhile.
+    from ddlkit.interactive.output import Labeller
+
+    attach = Labeller.callback
+
+    def late(self, engine):
+        time.sleep(1.0)
+        return attach(self, engine)
+
+    monkeypatch.setattr(Labeller, "callback", late)
+    workers.run_cell("print('quick', strategy.cluster_resolver.task_id)")
+    out = capsys.readouterr().out
+    assert "[worker-0] quick 0" in out and "[worker-1] quick 1" in out, out
+
+
 def test_the_px_magic_runs_a_cell_on_the_workers_it_targets(workers, capsys):
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -164,7 +183,7 @@ def test_a_cell_that_raises_on_one_worker_names_it_and_keeps_the_others_output(w
     assert "--- worker-0: ZeroDivisionError ---" in captured.err
     assert err.value.failed == {"worker-0": ("ZeroDivisionError", "division by zero")}
     assert "worker-1 ran it without error" in str(err.value)
-    assert len(workers.transcript.cells) == 5  # a failed or interrupted cell is not written out
+    assert len(workers.transcript.cells) == 6  # a failed or interrupted cell is not written out
 
 
 def test_a_collective_on_one_worker_is_reported_after_the_bounded_wait(workers):
