@@ -22,11 +22,11 @@ def _sockaddr(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
 
 
 def _pick_ports(counts: dict[str, int], tries: int = 200) -> dict[str, list[int]]:
-    """``counts[host]`` free ports per host, picked at random in :data:`SERVER_PORTS`, all
+    """``counts[host]`` free ports per host, picked at random in :data:`PICKED_PORTS`, all
     held open together so none repeats; ConfigError after ``tries`` taken ports beyond them."""
     import random
 
-    low, high = SERVER_PORTS
+    low, high = PICKED_PORTS
     picked: dict[str, list[int]] = {}
     with contextlib.ExitStack() as held:
         for host, n in counts.items():
@@ -62,15 +62,17 @@ def _pick_ports(counts: dict[str, int], tries: int = 200) -> dict[str, list[int]
 # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ... (dk.where.Hosts' default)
 BASE_PORT = 29600
 
-# Ports for servers on this machine (free_ports, free_port_block): below Linux's ephemeral
-# range (ip_local_port_range, 32768-60999 by default), which the kernel hands to outgoing
-# connections and to port 0, and below zmq's random ports (49152-65535). A port picked there
-# and bound seconds later (a TF server, once TensorFlow has loaded) may be taken by then by
-# any connection, or be the port a peer's client connects from to reach it (a TCP
-# self-connect: the client then talks to itself, and the job hangs). Below 20000 too: a
-# Slurm job's workers take fixed ports from 20000 up to the ephemeral range, by job id
-# (ddlkit.environments.slurm), unchecked, so a port picked there could be one of theirs.
-SERVER_PORTS = (10000, 20000)
+# Ports for servers on this machine: below Linux's ephemeral range (ip_local_port_range,
+# 32768-60999 by default), which the kernel hands to outgoing connections and to port 0, and
+# below zmq's random ports (49152-65535). A port picked there and bound later may be taken by
+# then by any connection, or be the port a peer's client connects from to reach it (a TCP
+# self-connect: the client then talks to itself, and the job hangs).
+# Blocks (free_port_block) that servers bind minutes later (a live worker's TF server,
+# created when a cell makes the strategy): not held meanwhile, so no one-off pick falls there.
+SERVER_PORTS = (20000, 32768)
+# One-off ports (free_ports) that servers bind within seconds; below 20000 too, as a Slurm
+# job's workers take fixed ports from 20000 up, by job id (ddlkit.environments.slurm).
+PICKED_PORTS = (10000, 20000)
 
 
 def free_port_block(count: int, host: str = "", tries: int = 200) -> int:
@@ -99,7 +101,7 @@ def free_port_block(count: int, host: str = "", tries: int = 200) -> int:
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports that are free on ``host`` right now.
 
-    Each is picked at random in :data:`SERVER_PORTS` and bound; all are held until the
+    Each is picked at random in :data:`PICKED_PORTS` and bound; all are held until the
     last is picked, then released. Below the kernel's ephemeral range, no outgoing
     connection takes one meanwhile (nor connects a client to itself there), but another
     process may still bind one before the caller does, so start servers soon after.

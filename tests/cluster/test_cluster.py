@@ -23,7 +23,7 @@ from ddlkit.cluster import (
     port_is_free,
     task_name,
 )
-from ddlkit.cluster.ports import SERVER_PORTS
+from ddlkit.cluster.ports import PICKED_PORTS, SERVER_PORTS
 from ddlkit.environments import slurm
 from ddlkit.errors import ConfigError, DdlkitError
 
@@ -387,11 +387,11 @@ def test_free_ports_are_distinct_and_bindable():
     ports = free_ports(500)
     assert len(ports) == 500
     assert len(set(ports)) == 500
-    # below the kernel's ephemeral ports, which outgoing connections take meanwhile, and
-    # below the fixed ports of Slurm jobs' workers
+    # below the kernel's ephemeral ports, which outgoing connections take meanwhile, below
+    # the fixed ports of Slurm jobs' workers, and apart from live workers' blocks
     ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    low, high = SERVER_PORTS
-    assert high <= min(ephemeral, slurm.PORT_FLOOR)
+    low, high = PICKED_PORTS
+    assert high <= min(ephemeral, slurm.PORT_FLOOR) and high <= SERVER_PORTS[0]
     assert all(low <= port < high for port in ports)
     held = []
     try:
