@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
+from collections.abc import Iterator
 
 from ddlkit.cluster.hosts import _is_int
 from ddlkit.errors import ConfigError
@@ -22,22 +24,22 @@ def _sockaddr(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
 
 
 def _pick_ports(counts: dict[str, int], tries: int = 200) -> dict[str, list[int]]:
-    """``counts[host]`` free ports per host, picked at random in :data:`PICKED_PORTS`, all
-    held open together so none repeats; ConfigError after ``tries`` taken ports beyond them."""
-    import random
-
+    """``counts[host]`` free ports per host, in turn through :data:`PICKED_PORTS` from where
+    the last pick on this machine stopped (:func:`_turn`), so processes picking at once get
+    different ports though each releases its own before its server binds them; all held open
+    together so none repeats. ConfigError after ``tries`` taken ports beyond them."""
     low, high = PICKED_PORTS
     picked: dict[str, list[int]] = {}
-    with contextlib.ExitStack() as held:
+    with _turn(low, high) as last, contextlib.ExitStack() as held:
         for host, n in counts.items():
             family, sockaddr = _sockaddr(host, 0)
             picked[host] = []
             taken = 0
             while len(picked[host]) < n:
-                port = random.randrange(low, high)
+                last[0] = low + (last[0] + 1 - low) % (high - low)
                 sock = socket.socket(family, socket.SOCK_STREAM)
                 try:
-                    sock.bind((sockaddr[0], port, *sockaddr[2:]))
+                    sock.bind((sockaddr[0], last[0], *sockaddr[2:]))
                 except OSError as exc:
                     sock.close()
                     if exc.errno != errno.EADDRINUSE:
@@ -55,8 +57,35 @@ def _pick_ports(counts: dict[str, int], tries: int = 200) -> dict[str, list[int]
                         ) from None
                     continue
                 held.enter_context(sock)
-                picked[host].append(port)
+                picked[host].append(last[0])
     return picked
+
+
+@contextlib.contextmanager
+def _turn(low: int, high: int) -> Iterator[list[int]]:
+    """``[the last port picked]`` on this machine by this user, read from a file in the
+    temporary directory and written back, under its lock; a random start where that file
+    cannot be opened (another user's, or no such directory), the picks then only bound-checked."""
+    import fcntl
+    import random
+    import tempfile
+
+    last = [random.randrange(low, high)]
+    path = os.path.join(tempfile.gettempdir(), f"ddlkit-ports-{os.getuid()}")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        yield last
+        return
+    with os.fdopen(fd, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        text = f.read().strip()
+        if text.isdigit() and low <= int(text) < high:
+            last[0] = int(text)
+        yield last
+        f.seek(0)
+        f.truncate()
+        f.write(str(last[0]))
 
 
 # TF servers on other hosts listen on BASE_PORT, BASE_PORT + 1, ... (dk.where.Hosts' default)

@@ -405,6 +405,21 @@ def test_free_ports_are_distinct_and_bindable():
             sock.close()
 
 
+def test_processes_picking_at_once_get_different_ports():
+    # Each releases its ports before a server would bind them, so a random pick in the
+    # range would repeat one of 160 in most runs; the picks go in turn instead.
+    code = (
+        "import json; from ddlkit.cluster import free_ports; "
+        "print(json.dumps([free_ports(1)[0] for _ in range(20)]))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    ports = [port for p in procs for port in json.loads(p.communicate(timeout=60)[0])]
+    assert len(ports) == 160 and len(set(ports)) == 160
+
+
 def test_free_ports_edge_cases():
     assert free_ports(0) == []
     with pytest.raises(ConfigError, match=r"n=-1.*Fix:"):
