@@ -21,9 +21,9 @@ UV_VERSION := 0.13.9
 # tests wait on process start-up and sockets, so 3 workers on 2 cores finish sooner.
 TEST_JOBS ?= 3
 # Python keeps each module compiled in __pycache__ beside it (git-ignored). Where the
-# environment turns that off (PYTHONDONTWRITEBYTECODE), every process of a run recompiles
-# the kit's modules and pytest rewrites every test file again: hundreds of processes each
-# make test. The kit's commands leave it on.
+# environment turns that off (PYTHONDONTWRITEBYTECODE), each process that inherits it
+# compiles the kit's modules again and pytest rewrites every test file again. The kit's
+# commands leave it on.
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: lab test install system data horovod horovod-optional lint clean-venv

@@ -130,10 +130,11 @@ def free_port_block(count: int, host: str = "", tries: int = 200) -> int:
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports that are free on ``host`` right now.
 
-    Each is picked at random in :data:`PICKED_PORTS` and bound; all are held until the
-    last is picked, then released. Below the kernel's ephemeral range, no outgoing
-    connection takes one meanwhile (nor connects a client to itself there), but another
-    process may still bind one before the caller does, so start servers soon after.
+    Each is picked in turn in :data:`PICKED_PORTS` (see :func:`_pick_ports`) and bound;
+    all are held until the last is picked, then released. Below the kernel's ephemeral
+    range, no outgoing connection takes one meanwhile (nor connects a client to itself
+    there), but another process may still bind one before the caller does, so start
+    servers soon after.
     """
     if not _is_int(n) or n < 0:
         raise ConfigError(f"free_ports(n={n!r}): n must be an integer >= 0. Fix: e.g. n=2.")
