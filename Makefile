@@ -26,7 +26,7 @@ TEST_JOBS ?= 3
 # commands leave it on.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: lab test install system data horovod horovod-optional lint clean-venv
+.PHONY: lab test install system data horovod horovod-optional image lint clean-venv
 
 install: system $(INSTALLED) data
 
@@ -68,6 +68,11 @@ horovod: system $(INSTALLED)
 
 horovod-optional: system $(INSTALLED)
 	@scripts/build-horovod.sh --optional $(HOROVOD_FLAGS) $(BIN)/python
+
+# The kit's container image (Containerfile), built with buildah from a Debian base the kit
+# makes from Debian's packages, reusing this machine's caches (ddlkit/image/build.py).
+image: install horovod
+	$(BIN)/python -m ddlkit.image build
 
 lab: install horovod-optional
 	$(BIN)/jupyter lab --ip=$(LAB_IP) --port=$(LAB_PORT) --no-browser $(ALLOW_ROOT) \

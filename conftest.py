@@ -21,6 +21,18 @@ os.environ.setdefault("DDLKIT_PLOTS", "static")
 # stay together). Tests that share one expensive fixture belong in one file.
 
 
+def pytest_sessionstart(session):
+    from tests.harness import image_prebuild
+
+    image_prebuild.start(session.config)
+
+
+def pytest_sessionfinish(session):
+    from tests.harness import image_prebuild
+
+    image_prebuild.stop()
+
+
 def _scope(item) -> str:
     return item.nodeid.split("::", 1)[0]
 

@@ -11,6 +11,7 @@
     ddlkit data {prepare,status,import}
     ddlkit bench [--quick] [--strategies ...] [--repeats N] [--steps N]
     ddlkit k8s manifest --strategy multi_worker -n 2 --image IMAGE SCRIPT -- ARGS
+    ddlkit image build [--tag TAG]
 
 Exit codes: 0 success, 1 a worker or the run failed, 2 bad input (nothing
 started), 130 interrupted. Errors go to stderr as one line.
@@ -29,6 +30,8 @@ from pathlib import Path
 from ddlkit import settings
 from ddlkit.bench.cli import add_bench_parser, main_bench
 from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError
+from ddlkit.image.__main__ import add_parsers as add_image_parsers
+from ddlkit.image.__main__ import run_parsed as cmd_image
 from ddlkit.k8s.cli import add_parsers as add_k8s_parsers
 from ddlkit.k8s.cli import run_parsed as cmd_k8s
 
@@ -112,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     k8s = sub.add_parser("k8s", help="Kubernetes: write a training job's manifest (YAML)")
     add_k8s_parsers(k8s.add_subparsers(dest="k8s_command", required=True))
+    image = sub.add_parser("image", help="build the kit's container image (buildah)")
+    add_image_parsers(image.add_subparsers(dest="image_command", required=True))
     return parser
 
 
@@ -312,6 +317,7 @@ COMMANDS = {
     "data": cmd_data,
     "bench": main_bench,
     "k8s": cmd_k8s,
+    "image": cmd_image,
 }
 
 

@@ -2,7 +2,7 @@
 # Build Horovod 0.28.1 (the last release) against this venv's TensorFlow, cache the
 # wheel, and install it.
 #
-#   scripts/build-horovod.sh [--optional] [--mpi] [PYTHON]
+#   scripts/build-horovod.sh [--optional] [--mpi] [--cached-only] [PYTHON]
 #
 # PYTHON is the venv's interpreter (default .venv/bin/python). Steps, each skipped
 # when already done:
@@ -29,6 +29,9 @@
 # --mpi also builds Horovod's MPI support (for `horovodrun --mpi`), against Debian's
 # OpenMPI (apt-get install openmpi-bin libopenmpi-dev); its wheel has its own cache key.
 # Gloo works either way. `make ... HOROVOD_MPI=1` passes it.
+#
+# --cached-only installs a cached wheel but never builds: it exits 3 when this key has none
+# (the Containerfile installs compilers only then).
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
@@ -38,11 +41,13 @@ XLA_LINE='list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_m
 
 optional=0
 mpi=0
+cached_only=0
 while [[ "${1:-}" == --* ]]; do
   case "$1" in
     --optional) optional=1 ;;
     --mpi) mpi=1 ;;
-    *) echo "build-horovod.sh: unknown option $1 (use --optional, --mpi)" >&2; exit 2 ;;
+    --cached-only) cached_only=1 ;;
+    *) echo "build-horovod.sh: unknown option $1 (use --optional, --mpi, --cached-only)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -97,6 +102,10 @@ fi
 mkdir -p "$cache"
 log="$cache/build.log"
 wheel=$(compgen -G "$cache/horovod-${HOROVOD_VERSION}-*.whl" | head -n 1 || true)
+if [[ -z "$wheel" && $cached_only == 1 ]]; then
+  echo "Horovod $HOROVOD_VERSION: no cached wheel for $key (--cached-only: not building)." >&2
+  exit 3
+fi
 if [[ -z "$wheel" ]]; then
   for tool in cmake g++ make; do
     command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (needed to build)." \

@@ -1,0 +1,214 @@
+"""The kit's image, built here, and a manifest's pods run as real podman containers of it.
+
+The image is built once per session (``ddlkit.image.build``: buildah with its layer cache and
+this machine's caches); the pods are containers on a podman network of their own, named as
+Kubernetes names them, running the manifest's own command.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlkit import contract
+from ddlkit.errors import ConfigError
+from ddlkit.image import build, podman
+from ddlkit.k8s import manifest
+from ddlkit.k8s.containers import LABEL, PodContainers, PodFailedError, addresses, pod_containers
+
+SCRIPT = "launch/train_multi_worker.py"  # relative: the image's WORKDIR is the kit's root
+
+
+# --- pure ------------------------------------------------------------------------------------
+def test_limits_are_the_machines_hard_limits_with_processes_capped_at_pid_max():
+    assert podman.ulimits(20000, 96365, 32768) == ("nofile=20000:20000", "nproc=32768:32768")
+    assert podman.ulimits(1024, 4096, 32768) == ("nofile=1024:1024", "nproc=4096:4096")
+    text = podman.conf_text(20000, 96365, 32768)
+    assert 'default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]' in text
+    assert 'cgroup_manager = "cgroupfs"' in text and 'runtime = "runc"' in text
+
+
+def test_the_build_is_one_argv_with_the_base_and_the_caches_as_volumes(tmp_path):
+    p = build.BuildPlan(
+        tag="localhost/x:1", base="localhost/b:2", context=tmp_path,
+        mounts=(("/h/uv", "/cache/uv", ""), ("/h/bin", "/cache/bin", "ro")),
+    )  # fmt: skip
+    argv = p.argv()
+    assert argv[:2] == ["buildah", "bud"] and argv[-1] == str(tmp_path)
+    assert ["--build-arg", "BASE=localhost/b:2"] == argv[argv.index("--build-arg") :][:2]
+    assert "/h/uv:/cache/uv" in argv and "/h/bin:/cache/bin:ro" in argv
+    assert ["--isolation", "oci"] == argv[2:4]  # chroot isolation crashes Horovod's check
+    assert build.base_digest() != build.base_digest(packages=("python3",))
+
+
+def test_pod_addresses_follow_the_gateway_and_every_pod_names_every_pod():
+    gateway, pods = addresses("10.89.3.0/24", 3)
+    assert gateway == "10.89.3.1" and pods == ("10.89.3.2", "10.89.3.3", "10.89.3.4")
+    m = manifest(SCRIPT, workers=2, image="localhost/ddlkit:0.1.0", name="mnist",
+                 collector="10.89.3.1:7000", token_secret="tok")  # fmt: skip
+    p = PodContainers("mnist", "mnist", "ab12", "ddlkit-ab12", gateway, pods[:2])
+    env = p.pod_env(m, 1, {"tok": {"token": "s3cret-value"}})
+    assert env["JOB_COMPLETION_INDEX"] == "1" and env[contract.TOKEN_VAR] == "s3cret-value"
+    argv = p.run_argv(m, 1, Path("/v"), env)
+    assert "s3cret-value" not in " ".join(argv)  # a Secret's value never in argv
+    assert f"--env={contract.TOKEN_VAR}" in argv
+    assert "--add-host=mnist-0.mnist:10.89.3.2" in argv and "--add-host=mnist-1:10.89.3.3" in argv
+    assert argv[argv.index("--hostname") + 1] == "mnist-1"
+    assert argv[argv.index("--ip") + 1] == "10.89.3.3"
+    assert argv[argv.index("localhost/ddlkit:0.1.0") + 1 :][:3] == ["python", "-m", "ddlkit.k8s"]
+    with pytest.raises(ConfigError, match="secrets= lacks"):
+        p.pod_env(m, 0, {})
+
+
+def test_without_podman_one_line_names_the_packages(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="apt-get install podman buildah runc mmdebstrap"):
+        podman.require("podman", "buildah")
+    with pytest.raises(ConfigError, match="podman"):
+        build.build("localhost/never:1", echo=lambda _m: None)
+
+
+# --- real: the image and the containers (root, podman) ---------------------------------------
+needs_podman = pytest.mark.skipif(
+    bool(__import__("ddlkit.k8s.containers", fromlist=["x"]).unavailable()),
+    reason="podman is not installed or this is not root",
+)
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    lines: list[str] = []
+    tag = build.build(echo=lines.append)
+    first = podman.run(["podman", "image", "inspect", "--format", "{{.Id}}", tag]).stdout
+    start = time.monotonic()
+    again: list[str] = []
+    assert build.build(echo=again.append) == tag
+    # Nothing changed: the base is found up to date and every layer is reused (same image).
+    assert any("up to date" in line for line in again), again
+    assert podman.run(["podman", "image", "inspect", "--format", "{{.Id}}", tag]).stdout == first
+    print(f"image rebuild with nothing changed: {time.monotonic() - start:.0f} s; {lines[-1]}")
+    return tag
+
+
+@pytest.mark.slow
+@needs_podman
+def test_the_image_holds_the_kit_horovod_and_the_data_as_a_non_root_user(image):
+    probe = (
+        "import os, horovod.tensorflow as hvd, tensorflow as tf; from ddlkit.data import load; "
+        "(x, y), _ = load('mnist'); "
+        "print(os.getuid(), os.getcwd(), tf.__version__, hvd.mpi_built(), hvd.gloo_built(), "
+        "len(x))"
+    )
+    done = podman.run(["podman", "run", "--rm", image, "python", "-c", probe], timeout=120)
+    uid, cwd, tf_version, mpi, gloo, n = done.stdout.split()[-6:]
+    assert (uid, cwd, tf_version, mpi, gloo, n) == ("1000", "/opt/ddlkit", "2.21.0", "True",
+                                                    "True", "60000")  # fmt: skip
+    tools = "mpirun ssh /usr/sbin/sshd horovodrun g++ cmake"
+    look = f"for t in {tools}; do command -v $t || echo no-$t; done"
+    tools = podman.run(["podman", "run", "--rm", image, "sh", "-c", look]).stdout.split()
+    assert tools == ["/usr/bin/mpirun", "/usr/bin/ssh", "/usr/sbin/sshd",
+                     "/opt/venv/bin/horovodrun", "no-g++", "no-cmake"]  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_podman
+def test_an_image_that_does_not_exist_is_one_error_and_nothing_is_left(tmp_path):
+    m = manifest(SCRIPT, workers=2, image="localhost/ddlkit-missing:0", name="mnist")
+    before = podman.run(["podman", "network", "ls", "--format", "{{.Name}}"]).stdout
+    with pytest.raises(ConfigError, match="not in podman's store. Fix: build it"):
+        with pod_containers(m):
+            pass
+    assert podman.run(["podman", "network", "ls", "--format", "{{.Name}}"]).stdout == before
+    assert not (tmp_path / "volume").exists()
+
+
+@pytest.mark.slow
+@needs_podman
+def test_pods_as_containers_train_mwms_and_stream_metrics(image, tmp_path):
+    """Two containers named mnist-0, mnist-1 (and mnist-i.mnist) run the manifest's own
+    command; they find each other by those names, train 3 steps and stream to a collector
+    listening on this machine's address on the pods' network."""
+    from ddlkit.metrics import Collector
+
+    args = ["--steps-per-epoch", "3", "--epochs", "1", "--batch-size", "32"]
+    probe = manifest(SCRIPT, workers=2, image=image, name="mnist", args=args)
+    with pod_containers(probe) as pods:
+        assert pods.names() == ["mnist-0.mnist", "mnist-1.mnist"]
+        token = "k8s-container-token-1234"
+        with Collector(tmp_path / "collected", host=pods.gateway, token=token) as collector:
+            m = manifest(SCRIPT, workers=2, image=image, name="mnist", args=args,
+                         collector=f"{pods.gateway}:{collector.port}",
+                         token_secret="ddlkit-token")  # fmt: skip
+            pods.start(m, mount=tmp_path / "volume", secrets={"ddlkit-token": {"token": token}})
+            codes = pods.wait(timeout=300)
+            logs = pods.logs()
+            got = {r.worker for r in collector.records()}
+    assert codes == [0, 0], logs
+    assert got == {"worker-0", "worker-1"}, logs
+    for i in (0, 1):
+        assert f"ddlkit.k8s: worker-{i} TF_CONFIG=" in logs[f"mnist-{i}"]
+        assert "mnist-0.mnist:2222" in logs[f"mnist-{i}"]
+    results = contract.read_results(tmp_path / "volume" / "mnist")
+    assert sorted(results) == ["worker-0", "worker-1"], logs
+    assert all(r["replicas"] == 2 and r["steps"] == 3 for r in results.values()), results
+    assert pods.leftovers() == []
+
+
+@pytest.mark.slow
+@needs_podman
+def test_a_parameter_server_job_of_containers_finishes_and_its_servers_end(image, tmp_path):
+    """Chief, ps and worker as three containers: the chief trains through the others, and
+    `exec --ps` ends the ps and worker servers (which never end by themselves) once the
+    chief's result is on the volume."""
+    args = ["--steps-per-epoch", "20", "--epochs", "1", "--batch-size", "32", "--eval-every", "0",
+            "--report-every", "10"]  # fmt: skip
+    m = manifest("launch/train_parameter_server.py", strategy="parameter_server", workers=1,
+                 ps=1, image=image, name="psjob", args=args)  # fmt: skip
+    with pod_containers(m) as pods:
+        pods.start(m, mount=tmp_path / "volume")
+        codes = pods.wait(timeout=300)
+        logs = pods.logs()
+    assert codes == [0, 0, 0], logs
+    for i, name in enumerate(("chief-0", "ps-0", "worker-0")):
+        assert f"ddlkit.k8s: {name} TF_CONFIG=" in logs[f"psjob-{i}"], logs
+    assert all("the chief reported" in logs[f"psjob-{i}"] for i in (1, 2)), logs
+    results = contract.read_results(tmp_path / "volume" / "psjob")
+    assert list(results) == ["chief-0"], logs
+    assert results["chief-0"]["steps"] == 20, results
+    assert pods.leftovers() == []
+
+
+@pytest.mark.slow
+@needs_podman
+def test_a_killed_container_fails_the_job_naming_its_pod_and_nothing_is_left(image, tmp_path):
+    from ddlkit.metrics import Collector
+
+    args = ["--steps-per-epoch", "5000", "--epochs", "1", "--batch-size", "32"]
+    probe = manifest(SCRIPT, workers=2, image=image, name="drill", args=args)
+    with pod_containers(probe) as pods:
+        token = "k8s-container-token-5678"
+        with Collector(tmp_path / "collected", host=pods.gateway, token=token) as collector:
+            m = manifest(SCRIPT, workers=2, image=image, name="drill", args=args,
+                         collector=f"{pods.gateway}:{collector.port}",
+                         token_secret="ddlkit-token")  # fmt: skip
+            pods.start(m, mount=tmp_path / "volume", secrets={"ddlkit-token": {"token": token}})
+            deadline = time.monotonic() + 180
+            while not any(r.kind == "step" for r in collector.records()):  # training has begun
+                assert time.monotonic() < deadline, pods.logs()
+                time.sleep(0.5)
+            pods.kill(1)
+            killed = time.monotonic()
+            with pytest.raises(PodFailedError) as info:
+                pods.wait(timeout=120)
+            took = time.monotonic() - killed
+    assert info.value.pod == "drill-1" and info.value.exit_code == 137, str(info.value)
+    assert "pod drill-1 exited with code 137" in str(info.value)
+    assert took < 30, took
+    assert pods.leftovers() == []
+    nets = subprocess.run(["podman", "network", "ls", "--filter", f"label={LABEL}={pods.run}",
+                           "--format", "{{.Name}}"], capture_output=True, text=True,
+                          env=podman.env())  # fmt: skip
+    assert nets.stdout.split() == []
