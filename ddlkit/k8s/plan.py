@@ -109,7 +109,10 @@ def make_plan(
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
         raise ConfigError(
             f"no container image given (image={image!r}). Fix: pass --image (image=) with an "
-            f"image that holds the kit and your script, e.g. --image registry.example/ddlkit:0.1."
+            f"image that holds the kit and your script: `make image` builds the kit's "
+            f"(localhost/ddlkit:0.1.0); push it where the cluster pulls from (podman tag "
+            f"localhost/ddlkit:0.1.0 REGISTRY/ddlkit:0.1.0 && podman push REGISTRY/ddlkit:0.1.0)"
+            f" and pass --image REGISTRY/ddlkit:0.1.0."
         )
     if strategy not in STRATEGIES:
         raise ConfigError(
