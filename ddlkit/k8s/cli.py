@@ -32,7 +32,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("-n", "--workers", type=int, default=2, help="training workers")
     m.add_argument("--ps", type=int, default=0, help="parameter servers (parameter_server)")
     m.add_argument("--image", default="", help="container image with the kit and the script")
-    m.add_argument("--kind", choices=KINDS, default="job", help="job: core API; tfjob: Kubeflow")
+    m.add_argument(
+        "--kind", choices=KINDS, default="job", help="job: core API; tfjob: Kubeflow; mpijob: MPI"
+    )
     m.add_argument("--name", default="ddlkit", help="the Job's (and Service's) name")
     m.add_argument("--cpu", default="1", help="CPU per pod, e.g. 2 or 500m")
     m.add_argument("--memory", default="2Gi", help="memory per pod, e.g. 4Gi")

@@ -24,6 +24,9 @@ import ipaddress
 import json
 import os
 import secrets as _secrets
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -32,7 +35,9 @@ from pathlib import Path
 
 from ddlkit.environments.kubernetes import INDEX_VAR, pod_host
 from ddlkit.errors import ConfigError, DdlkitError
+from ddlkit.hosts.sshd import keygen_argv
 from ddlkit.image import podman
+from ddlkit.k8s import mpijob
 from ddlkit.k8s.local import _container
 from ddlkit.k8s.manifest import Manifest
 from ddlkit.k8s.plan import MOUNT
@@ -55,58 +60,123 @@ IMAGE_UID = 1000  # the image's user (Containerfile: useradd --uid 1000): owns t
 
 
 @dataclass(frozen=True)
+class Pod:
+    """One pod to play (pure data): what its container runs, with what, where."""
+
+    host: str  # its DNS name: <job>-<i>.<service>, or the MPI operator's <job>-worker-<i>...
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]  # values reach the container through podman's environment
+    mounts: tuple[tuple[str, str, str], ...] = ()  # (path here, path inside, options)
+    ends: bool = True  # ends by itself; False: a server, killed once the others have ended
+
+    @property
+    def name(self) -> str:
+        return self.host.split(".")[0]
+
+
+def _env(container: dict, secrets: Mapping) -> dict[str, str]:
+    """A container's ``env``, a ``secretKeyRef`` read from ``secrets``."""
+    env = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+            continue
+        ref = item["valueFrom"]["secretKeyRef"]
+        try:
+            env[item["name"]] = secrets[ref["name"]][ref["key"]]
+        except KeyError:
+            raise ConfigError(
+                f"the pods read {item['name']} from Secret {ref['name']!r} key "
+                f"{ref['key']!r}, which secrets= lacks. Fix: pass secrets="
+                f"{{{ref['name']!r}: {{{ref['key']!r}: ...}}}}."
+            ) from None
+    return env
+
+
+def _volume(mount: Path) -> tuple[str, str, str]:
+    return (str(mount), MOUNT, "")
+
+
+def job_pods(manifest: Manifest, mount: Path, secrets: Mapping) -> list[Pod]:
+    """The Indexed Job's pods: the container's command with ``JOB_COMPLETION_INDEX`` = i."""
+    container, plan = _container(manifest), manifest.plan
+    env = _env(container, secrets)
+    return [
+        Pod(pod_host(plan.name, plan.service, i), container["image"],
+            tuple(container["command"]), {INDEX_VAR: str(i), **env}, (_volume(mount),))
+        for i in range(plan.pods)
+    ]  # fmt: skip
+
+
+def mpijob_hosts(job: str, workers: int) -> list[str]:
+    """The launcher's and the workers' names, as the MPI operator names them (pure)."""
+    svc = f"{job}.{mpijob.NAMESPACE}.svc"
+    return [f"{job}-launcher.{svc}"] + [f"{job}-worker-{i}.{svc}" for i in range(workers)]
+
+
+def mpijob_pods(manifest: Manifest, mount: Path, secrets: Mapping, etc: Path) -> list[Pod]:
+    """The MPIJob's pods as the operator makes them: the SSH Secret (``etc/ssh``) mounted at
+    ``sshAuthMountPath`` in each, the hostfile (``etc/mpi/hostfile``) in the launcher."""
+    spec = manifest.objects[-1]["spec"]
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    hosts = mpijob_hosts(manifest.plan.name, manifest.plan.workers)
+    ssh = (str(etc / "ssh"), spec["sshAuthMountPath"], "ro")
+    mpi_env = {"OMPI_MCA_orte_default_hostfile": mpijob.HOSTFILE,
+               "OMPI_MCA_orte_keep_fqdn_hostnames": "true"}  # fmt: skip
+    pods = [Pod(hosts[0], launcher["image"], tuple(launcher["command"]),
+                {**_env(launcher, secrets), **mpi_env},
+                (_volume(mount), ssh, (str(etc / "mpi"), "/etc/mpi", "ro")))]  # fmt: skip
+    pods += [
+        Pod(h, worker["image"], tuple(worker["command"]), _env(worker, secrets),
+            (_volume(mount), ssh), ends=False)
+        for h in hosts[1:]
+    ]  # fmt: skip
+    return pods
+
+
+@dataclass(frozen=True)
 class PodContainers:
-    """The containers standing for the pods ``<job>-0 .. <job>-<n-1>`` of one job."""
+    """The containers standing for the pods of one job, on a podman network of its own."""
 
     job: str
-    service: str
+    kind: str  # the manifest's: "job" (Indexed Job) or "mpijob"
     run: str  # this block's id: in the container and network names, and their label
     network: str
     gateway: str  # this machine's address on the pods' network (e.g. for a collector)
     addresses: tuple[str, ...]
+    hosts: tuple[str, ...]  # every pod's DNS name, in pod order
+    etc: Path  # the MPIJob's Secret and hostfile, as the operator would mount them
 
     def names(self) -> list[str]:
-        return [pod_host(self.job, self.service, i) for i in range(len(self.addresses))]
+        return list(self.hosts)
 
     def container(self, index: int) -> str:
-        return f"{self.job}-{index}-{self.run}"
+        return f"{self.hosts[index].split('.')[0]}-{self.run}"
 
     def hosts_lines(self) -> list[str]:
         """``--add-host`` values: every pod's DNS name and host name, with its address."""
         out = []
-        for address, name in zip(self.addresses, self.names(), strict=True):
+        for address, name in zip(self.addresses, self.hosts, strict=True):
             out += [f"{name}:{address}", f"{name.split('.')[0]}:{address}"]
         return out
 
-    def pod_env(self, manifest: Manifest, index: int, secrets: Mapping) -> dict[str, str]:
-        """Pod ``index``'s variables: the container's ``env`` and its completion index."""
-        env = {INDEX_VAR: str(index)}
-        for item in _container(manifest).get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
-            else:
-                ref = item["valueFrom"]["secretKeyRef"]
-                try:
-                    env[item["name"]] = secrets[ref["name"]][ref["key"]]
-                except KeyError:
-                    raise ConfigError(
-                        f"the pods read {item['name']} from Secret {ref['name']!r} key "
-                        f"{ref['key']!r}, which secrets= lacks. Fix: pass secrets="
-                        f"{{{ref['name']!r}: {{{ref['key']!r}: ...}}}}."
-                    ) from None
-        return env
+    def pods(self, manifest: Manifest, mount: Path, secrets: Mapping) -> list[Pod]:
+        if self.kind == "mpijob":
+            return mpijob_pods(manifest, mount, secrets, self.etc)
+        return job_pods(manifest, mount, secrets)
 
-    def run_argv(self, manifest: Manifest, index: int, mount: Path, env_names) -> list[str]:
-        """``podman run`` for pod ``index`` (pure): names, address, volume, env by name only."""
-        container = _container(manifest)
+    def run_argv(self, pod: Pod, index: int) -> list[str]:
+        """``podman run`` for pod ``index`` (pure): names, address, volumes, env by name only."""
         argv = ["podman", "run", "--detach", "--name", self.container(index)]
-        argv += ["--hostname", self.names()[index].split(".")[0], "--label", f"{LABEL}={self.run}"]
+        argv += ["--hostname", pod.name, "--label", f"{LABEL}={self.run}"]
         argv += ["--network", self.network, "--ip", self.addresses[index]]
         argv += [f"--add-host={h}" for h in self.hosts_lines()]
-        argv += ["--volume", f"{mount}:{MOUNT}"]
-        argv += [f"--env={name}" for name in sorted(env_names)]  # values: podman's environment
-        argv += [container["image"], *container["command"]]
-        return argv
+        for here, inside, options in pod.mounts:
+            argv += ["--volume", f"{here}:{inside}:{options}" if options else f"{here}:{inside}"]
+        argv += [f"--env={name}" for name in sorted(pod.env)]  # values: podman's environment
+        return [*argv, pod.image, *pod.command]
 
     def start(
         self,
@@ -114,17 +184,41 @@ class PodContainers:
         mount: str | os.PathLike,
         secrets: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """Start every pod's container (all checked first); the volume is ``mount``."""
-        _check_image(_container(manifest)["image"])
+        """Start every pod's container (all checked first); the volume is ``mount``.
+
+        Servers (an MPIJob's sshd workers) first, each listening before the next pod starts:
+        the launcher's first ssh finds them up.
+        """
         mount = Path(mount).absolute()
-        envs = [self.pod_env(manifest, i, secrets or {}) for i in range(len(self.addresses))]
+        pods = self.pods(manifest, mount, secrets or {})
+        for image in {p.image for p in pods}:
+            _check_image(image)
         mount.mkdir(parents=True, exist_ok=True)
         os.chown(mount, IMAGE_UID, IMAGE_UID)  # the image's user writes the run directory
-        for i, env in enumerate(envs):
-            podman.run(self.run_argv(manifest, i, mount, env), env_extra=env, timeout=60)
+        if self.kind == "mpijob":
+            _ssh_secret(self.etc / "ssh", manifest.plan.name)
+            (self.etc / "mpi").mkdir(exist_ok=True)
+            hostfile = mpijob.hostfile_of(list(self.hosts[1:]), manifest.objects[-1])
+            (self.etc / "mpi" / "hostfile").write_text(hostfile)
+        order = sorted(range(len(pods)), key=lambda i: pods[i].ends)  # servers first
+        for i in order:
+            podman.run(self.run_argv(pods[i], i), env_extra=dict(pods[i].env), timeout=60)
+            if not pods[i].ends:
+                self._wait_listening(i, "Server listening on", timeout=60)
+
+    def _wait_listening(self, index: int, line: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while line not in self.logs_of(index):
+            if self.state(index)["Status"] != "running" or time.monotonic() > deadline:
+                raise ConfigError(
+                    f"pod {self.hosts[index].split('.')[0]} did not start its server "
+                    f"({self.logs_of(index).strip()[-300:]!r}). Fix: read its log."
+                )
+            time.sleep(0.2)
 
     def wait(self, timeout: float) -> list[int]:
-        """Every pod's exit code, once all have ended.
+        """The exit codes of the pods that end by themselves, once all have ended; then the
+        servers (an MPIJob's workers) are killed, as ``cleanPodPolicy: Running`` deletes them.
 
         A pod that ends with a non-zero code fails the job as a failed worker does under the
         kit's launcher: the other pods are killed and :class:`PodFailedError` names it (a real
@@ -132,18 +226,21 @@ class PodContainers:
         ``timeout`` s every pod is killed and ConfigError says so.
         """
         deadline = time.monotonic() + timeout
+        servers = {i for i in range(len(self.hosts)) if self._is_server(i)}
         codes: dict[int, int] = {}
-        while len(codes) < len(self.addresses):
-            for i in range(len(self.addresses)):
+        while len(codes) < len(self.hosts) - len(servers):
+            for i in range(len(self.hosts)):
                 if i in codes:
                     continue
                 state = self.state(i)
                 if state["Status"] in ("exited", "stopped"):
-                    codes[i] = int(state["ExitCode"])
-                    if codes[i] != 0:
+                    code = int(state["ExitCode"])
+                    if code != 0:
                         self.kill()
-                        raise PodFailedError(self.names()[i].split(".")[0], codes[i])
-            if len(codes) < len(self.addresses):
+                        raise PodFailedError(self.hosts[i].split(".")[0], code)
+                    if i not in servers:
+                        codes[i] = code
+            if len(codes) < len(self.hosts) - len(servers):
                 if time.monotonic() > deadline:
                     self.kill()
                     raise ConfigError(
@@ -151,23 +248,28 @@ class PodContainers:
                         f"killed. Fix: read their logs (pods.logs()), or give them longer."
                     )
                 time.sleep(0.5)
-        return [codes[i] for i in range(len(self.addresses))]
+        for i in servers:
+            self.kill(i)
+        return [codes[i] for i in sorted(codes)]
+
+    def _is_server(self, index: int) -> bool:
+        return self.kind == "mpijob" and index > 0
 
     def state(self, index: int) -> dict:
         done = podman.run(["podman", "container", "inspect", self.container(index)])
         return json.loads(done.stdout)[0]["State"]
 
+    def logs_of(self, index: int) -> str:
+        done = podman.run(["podman", "logs", self.container(index)], check=False)
+        return done.stdout + done.stderr
+
     def logs(self) -> dict[str, str]:
         """Every pod's output, by its host name."""
-        out = {}
-        for i in range(len(self.addresses)):
-            done = podman.run(["podman", "logs", self.container(i)], check=False)
-            out[f"{self.job}-{i}"] = done.stdout + done.stderr
-        return out
+        return {h.split(".")[0]: self.logs_of(i) for i, h in enumerate(self.hosts)}
 
     def kill(self, index: int | None = None) -> None:
         """SIGKILL one pod's container (a node lost), or all of them."""
-        which = range(len(self.addresses)) if index is None else [index]
+        which = range(len(self.hosts)) if index is None else [index]
         for i in which:
             podman.run(["podman", "kill", self.container(i)], check=False)
 
@@ -206,29 +308,57 @@ def unavailable() -> str:
     return ""
 
 
+def _image(manifest: Manifest) -> str:
+    if manifest.kind == "mpijob":
+        return manifest.plan.image
+    return _container(manifest)["image"]
+
+
+def _ssh_secret(directory: Path, job: str) -> None:
+    """The SSH Secret the MPI operator makes: one key pair, its public key authorized, under
+    the names it mounts (``id_rsa``, ``id_rsa.pub``, ``authorized_keys``); the image's user
+    owns them. The same key is every worker sshd's host key (the image's ``.sshd_config``)."""
+    directory.mkdir(mode=0o700)
+    key = directory / "id_rsa"
+    subprocess.run(keygen_argv(key, f"{job}-mpijob"), check=True, capture_output=True, timeout=30)
+    (directory / "authorized_keys").write_bytes((directory / "id_rsa.pub").read_bytes())
+    for path in (directory, *directory.iterdir()):
+        os.chown(path, IMAGE_UID, IMAGE_UID)
+
+
 @contextmanager
 def pod_containers(manifest: Manifest) -> Iterator[PodContainers]:
-    """A podman network for the pods of ``manifest``; on exit its containers and it are gone.
+    """A podman network for the pods of ``manifest`` (an Indexed Job or an MPIJob); on exit
+    its containers, the network and the MPIJob's Secret and hostfile are gone.
 
     The network's bridge, and so this machine's address on it (``gateway``, where a
     collector can listen), exists once a container has joined it: a container of the
     manifest's image that runs ``true`` joins it first.
     """
-    image = _container(manifest)["image"]
+    if manifest.kind not in ("job", "mpijob"):
+        _container(manifest)  # the ConfigError that names the kinds that can be played
+    image = _image(manifest)
     podman.require("podman")
     _check_image(image)
     plan = manifest.plan
+    if manifest.kind == "mpijob":
+        hosts = mpijob_hosts(plan.name, plan.workers)
+    else:
+        hosts = [pod_host(plan.name, plan.service, i) for i in range(plan.pods)]
     run = _secrets.token_hex(4)
     network = f"ddlkit-{run}"
     podman.run(["podman", "network", "create", "--label", f"{LABEL}={run}", network])
+    etc = Path(tempfile.mkdtemp(prefix="ddlkit-pods-"))
     try:
         info = json.loads(podman.run(["podman", "network", "inspect", network]).stdout)[0]
         subnet = info["subnets"][0]["subnet"]
-        gateway, pods = addresses(subnet, plan.pods)
+        gateway, pods = addresses(subnet, len(hosts))
         gateway = info["subnets"][0].get("gateway", gateway)
         podman.run(["podman", "run", "--rm", "--network", network, "--label", f"{LABEL}={run}",
                     "--entrypoint", "true", image], timeout=60)  # fmt: skip
-        yield PodContainers(plan.name, plan.service, run, network, gateway, pods)
+        yield PodContainers(
+            plan.name, manifest.kind, run, network, gateway, pods, tuple(hosts), etc
+        )
     finally:
         names = podman.run(
             ["podman", "ps", "--all", "--filter", f"label={LABEL}={run}", "--format",
@@ -237,3 +367,4 @@ def pod_containers(manifest: Manifest) -> Iterator[PodContainers]:
         if names:
             podman.run(["podman", "rm", "--force", "--time", "0", *names], check=False)
         podman.run(["podman", "network", "rm", "--force", network], check=False)
+        shutil.rmtree(etc, ignore_errors=True)

@@ -10,7 +10,8 @@
 
 ``kind="job"``: a headless Service, a checkpoint volume claim and an Indexed Job (core API
 only, :mod:`ddlkit.k8s.objects`); ``kind="tfjob"``: the legacy Kubeflow Training Operator's
-TFJob (:mod:`ddlkit.k8s.tfjob`).
+TFJob (:mod:`ddlkit.k8s.tfjob`); ``kind="mpijob"`` (``strategy="horovod"``): the MPI
+operator's MPIJob (:mod:`ddlkit.k8s.mpijob`).
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from pathlib import Path
 
 from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
-from ddlkit.k8s import objects, tfjob
-from ddlkit.k8s.plan import KINDS, JobPlan, make_plan
+from ddlkit.k8s import mpijob, objects, tfjob
+from ddlkit.k8s.plan import JobPlan, check_kind, make_plan
 
 _ROLE = {
     "Service": "headless: each pod reachable as <job>-<index>.<service>",
     "PersistentVolumeClaim": "the checkpoint volume every pod mounts (run dir, backups)",
     "Job": "one pod per TensorFlow task, JOB_COMPLETION_INDEX = its task",
     "TFJob": "Kubeflow's operator makes the pods and writes their TF_CONFIG",
+    "MPIJob": "the MPI operator: sshd workers, a launcher running horovodrun over its hostfile",
 }
+_BUILD = {"job": objects.objects, "tfjob": tfjob.objects_tfjob, "mpijob": mpijob.objects_mpijob}
 
 
 @dataclass(frozen=True, repr=False)
@@ -112,13 +115,11 @@ def manifest(
     live metrics to a collector the pods can reach. ConfigError for a bad value, before
     anything is built.
     """
-    if kind not in KINDS:
-        raise ConfigError(f"kind {kind!r} is unknown. Fix: use one of {', '.join(KINDS)}.")
+    check_kind(strategy, kind)
     plan = make_plan(
         script, strategy=strategy, workers=workers, image=image, ps=ps, args=args, name=name,
         cpu=cpu, memory=memory, gpus=gpus, storage=storage, storage_class=storage_class,
         retries=retries, port=port,
         collector=collector, token_secret=token_secret,
     )  # fmt: skip
-    built = objects.objects(plan) if kind == "job" else tfjob.objects_tfjob(plan)
-    return Manifest(plan, kind, built)
+    return Manifest(plan, kind, _BUILD[kind](plan))

@@ -15,12 +15,15 @@ from ddlkit import strategies
 from ddlkit.environments.kubernetes import TF_PORT, check_label
 from ddlkit.errors import ConfigError
 
-STRATEGIES = ("multi_worker", "parameter_server")
-KINDS = ("job", "tfjob")
+STRATEGIES = ("multi_worker", "parameter_server", "horovod")
+KINDS = ("job", "tfjob", "mpijob")
+# Which kinds can run which strategies: TensorFlow's own on the Indexed Job or a TFJob;
+# Horovod under an MPI launcher only (the MPI operator's MPIJob, ddlkit.k8s.mpijob).
+MPI_KINDS = ("mpijob",)
 CONTAINER = "tensorflow"  # the container's name (Kubeflow's TFJob requires this one)
 MOUNT = "/checkpoints"  # where the checkpoint volume appears in every pod
 # Retries of one pod index before the job fails (see objects.py for why they differ).
-RETRIES = {"multi_worker": 2, "parameter_server": 5}
+RETRIES = {"multi_worker": 2, "parameter_server": 5, "horovod": 0}
 # Kubernetes' resource quantity: 1, 0.5, 500m, 2Gi, 512Mi, 1e3 ...
 _QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?")
 # A StorageClass name: a DNS subdomain (RFC 1123), at most 253 characters
@@ -52,10 +55,12 @@ class JobPlan:
 
     @property
     def pods(self) -> int:
-        """Every process is a pod: MWMS its workers; PS one chief, the ps tasks, the workers."""
-        if strategies.get(self.strategy).chief:  # a PS coordinator of its own
+        """Every process is a pod: MWMS its workers; PS one chief, the ps tasks, the workers;
+        Horovod its workers (one rank each) and a launcher."""
+        s = strategies.get(self.strategy)
+        if s.chief:  # a PS coordinator of its own
             return 1 + self.ps + self.workers
-        return self.workers
+        return self.workers + (1 if s.needs_horovodrun else 0)
 
     @property
     def service(self) -> str:
@@ -84,6 +89,25 @@ def _quantity(label: str, value: object, example: str) -> str:
             f"Fix: e.g. {label}={example!r}."
         )
     return text
+
+
+def check_kind(strategy: str, kind: str) -> None:
+    """ConfigError when ``kind`` cannot run ``strategy`` (Horovod needs an MPI launcher)."""
+    if kind not in KINDS:
+        raise ConfigError(f"kind {kind!r} is unknown. Fix: use one of {', '.join(KINDS)}.")
+    if strategy not in STRATEGIES:
+        return  # make_plan names the strategies
+    mpi = strategies.get(strategy).needs_horovodrun
+    if mpi and kind not in MPI_KINDS:
+        raise ConfigError(
+            f"strategy {strategy!r} runs under an MPI launcher, which kind={kind!r} has not. "
+            f"Fix: use kind='mpijob' (--kind mpijob: the MPI operator's MPIJob)."
+        )
+    if not mpi and kind in MPI_KINDS:
+        raise ConfigError(
+            f"kind={kind!r} runs Horovod only; strategy {strategy!r} is TensorFlow's own. "
+            f"Fix: use kind='job' (the core Indexed Job) or 'tfjob'."
+        )
 
 
 def make_plan(
@@ -117,8 +141,7 @@ def make_plan(
     if strategy not in STRATEGIES:
         raise ConfigError(
             f"strategy {strategy!r} has no Kubernetes form. Fix: use one of "
-            f"{', '.join(STRATEGIES)} (Horovod runs under an MPI launcher instead: a Kubeflow "
-            f"Trainer TrainJob on an MPI runtime, or the MPI operator's MPIJob)."
+            f"{', '.join(STRATEGIES)}."
         )
     _count("workers", workers, 1, "pass -n N with N >= 1 (N: training workers)")
     if strategies.get(strategy).chief:  # parameter_server: a coordinator and ps tasks

@@ -26,8 +26,6 @@ _proc: subprocess.Popen | None = None
 def wanted(args: list[str], rootdir: Path) -> bool:
     """Whether the session runs the container tests (pure): no paths given (the testpaths),
     or a given path is that file or holds it."""
-    if os.environ.get("DDLKIT_IMAGE_PREBUILD", "1") == "0":
-        return False
     paths = [Path(a.split("::")[0]) for a in args if not a.startswith("-")]
     if not paths:
         return True
@@ -42,8 +40,12 @@ def start(config) -> None:
     global _proc
     from ddlkit.k8s.containers import unavailable
 
+    if os.environ.get("DDLKIT_IMAGE_PREBUILD", "1") == "0":
+        return  # asked not to (the fixture still builds the image when a test needs it)
     if hasattr(config, "workerinput") or unavailable():
         return  # an xdist worker (the controller starts it), or no podman here
+    if "not slow" in (config.option.markexpr or ""):
+        return  # the container tests are slow ones
     if not wanted(list(config.args), Path(str(config.rootpath))):
         return
     log = Path(os.environ.get("DDLKIT_HOME", Path.home() / ".cache" / "ddlkit"))

@@ -17,7 +17,15 @@ from ddlkit import contract
 from ddlkit.errors import ConfigError
 from ddlkit.image import build, podman
 from ddlkit.k8s import manifest
-from ddlkit.k8s.containers import LABEL, PodContainers, PodFailedError, addresses, pod_containers
+from ddlkit.k8s.containers import (
+    LABEL,
+    PodContainers,
+    PodFailedError,
+    addresses,
+    job_pods,
+    mpijob_pods,
+    pod_containers,
+)
 
 SCRIPT = "launch/train_multi_worker.py"  # relative: the image's WORKDIR is the kit's root
 
@@ -49,18 +57,32 @@ def test_pod_addresses_follow_the_gateway_and_every_pod_names_every_pod():
     assert gateway == "10.89.3.1" and pods == ("10.89.3.2", "10.89.3.3", "10.89.3.4")
     m = manifest(SCRIPT, workers=2, image="localhost/ddlkit:0.1.0", name="mnist",
                  collector="10.89.3.1:7000", token_secret="tok")  # fmt: skip
-    p = PodContainers("mnist", "mnist", "ab12", "ddlkit-ab12", gateway, pods[:2])
-    env = p.pod_env(m, 1, {"tok": {"token": "s3cret-value"}})
-    assert env["JOB_COMPLETION_INDEX"] == "1" and env[contract.TOKEN_VAR] == "s3cret-value"
-    argv = p.run_argv(m, 1, Path("/v"), env)
+    hosts = ("mnist-0.mnist", "mnist-1.mnist")
+    p = PodContainers("mnist", "job", "ab12", "ddlkit-ab12", gateway, pods[:2], hosts, Path("/e"))
+    pod = job_pods(m, Path("/v"), {"tok": {"token": "s3cret-value"}})[1]
+    assert pod.env["JOB_COMPLETION_INDEX"] == "1" and pod.env[contract.TOKEN_VAR] == "s3cret-value"
+    argv = p.run_argv(pod, 1)
     assert "s3cret-value" not in " ".join(argv)  # a Secret's value never in argv
-    assert f"--env={contract.TOKEN_VAR}" in argv
+    assert f"--env={contract.TOKEN_VAR}" in argv and "/v:/checkpoints" in argv
     assert "--add-host=mnist-0.mnist:10.89.3.2" in argv and "--add-host=mnist-1:10.89.3.3" in argv
     assert argv[argv.index("--hostname") + 1] == "mnist-1"
     assert argv[argv.index("--ip") + 1] == "10.89.3.3"
     assert argv[argv.index("localhost/ddlkit:0.1.0") + 1 :][:3] == ["python", "-m", "ddlkit.k8s"]
     with pytest.raises(ConfigError, match="secrets= lacks"):
-        p.pod_env(m, 0, {})
+        job_pods(m, Path("/v"), {})
+
+
+def test_an_mpijobs_pods_are_a_launcher_with_the_hostfile_and_sshd_workers():
+    m = manifest("launch/train_horovod.py", strategy="horovod", kind="mpijob", workers=2,
+                 image="localhost/ddlkit:0.1.0", name="hvd")  # fmt: skip
+    launcher, *workers = mpijob_pods(m, Path("/v"), {}, Path("/e"))
+    assert [p.name for p in (launcher, *workers)] == ["hvd-launcher", "hvd-worker-0",
+                                                      "hvd-worker-1"]  # fmt: skip
+    assert launcher.ends and not any(w.ends for w in workers)  # servers: ended after
+    assert launcher.env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert ("/e/mpi", "/etc/mpi", "ro") in launcher.mounts
+    assert all(("/e/ssh", "/home/ddlkit/.ssh", "ro") in p.mounts for p in (launcher, *workers))
+    assert workers[0].command[0] == "/usr/sbin/sshd"
 
 
 def test_without_podman_one_line_names_the_packages(monkeypatch, tmp_path):
@@ -183,6 +205,40 @@ def test_a_parameter_server_job_of_containers_finishes_and_its_servers_end(image
 
 @pytest.mark.slow
 @needs_podman
+def test_horovod_runs_as_an_mpijob_across_containers_over_ssh(image, tmp_path):
+    """The MPIJob's pods as the operator makes them: two workers running only sshd (the
+    image's user, port 2222, keys from the job's Secret), and a launcher whose horovodrun
+    reads the operator's hostfile and starts one rank in each worker over ssh and MPI."""
+    from ddlkit.metrics import Collector
+
+    args = ["--steps-per-epoch", "4", "--epochs", "1", "--batch-size", "32", "--eval-every", "0"]
+    probe = manifest("launch/train_horovod.py", strategy="horovod", kind="mpijob", workers=2,
+                     image=image, name="hvd", args=args)  # fmt: skip
+    with pod_containers(probe) as pods:
+        assert pods.names() == ["hvd-launcher.hvd.default.svc", "hvd-worker-0.hvd.default.svc",
+                                "hvd-worker-1.hvd.default.svc"]  # fmt: skip
+        token = "k8s-mpijob-token-1234"
+        with Collector(tmp_path / "collected", host=pods.gateway, token=token) as collector:
+            m = manifest("launch/train_horovod.py", strategy="horovod", kind="mpijob", workers=2,
+                         image=image, name="hvd", args=args, token_secret="ddlkit-token",
+                         collector=f"{pods.gateway}:{collector.port}")  # fmt: skip
+            pods.start(m, mount=tmp_path / "volume", secrets={"ddlkit-token": {"token": token}})
+            hostfile = (pods.etc / "mpi" / "hostfile").read_text()
+            codes = pods.wait(timeout=300)
+            logs = pods.logs()
+            got = {r.worker for r in collector.records()}
+    assert (
+        hostfile == "hvd-worker-0.hvd.default.svc slots=1\nhvd-worker-1.hvd.default.svc slots=1\n"
+    )
+    assert codes == [0], logs  # the launcher's exit is the job's; the workers were then ended
+    assert got == {"worker-0", "worker-1"}, logs  # one rank in each worker, both reporting
+    results = contract.read_results(tmp_path / "volume" / "hvd")
+    assert list(results) == ["worker-0"] and results["worker-0"]["replicas"] == 2, logs
+    assert pods.leftovers() == [] and not pods.etc.exists()  # the Secret and hostfile too
+
+
+@pytest.mark.slow
+@needs_podman
 def test_a_killed_container_fails_the_job_naming_its_pod_and_nothing_is_left(image, tmp_path):
     from ddlkit.metrics import Collector
 
@@ -212,3 +268,12 @@ def test_a_killed_container_fails_the_job_naming_its_pod_and_nothing_is_left(ima
                            "--format", "{{.Name}}"], capture_output=True, text=True,
                           env=podman.env())  # fmt: skip
     assert nets.stdout.split() == []
+
+
+def test_the_suite_prebuilds_the_image_only_when_it_runs_the_container_tests(tmp_path):
+    from tests.harness.image_prebuild import NEEDS_IMAGE, ROOT, wanted
+
+    assert wanted([], ROOT)  # the whole suite (testpaths)
+    assert wanted(["tests"], ROOT) and wanted(["tests/k8s"], ROOT)
+    assert wanted([f"{NEEDS_IMAGE}::test_x", "-x"], ROOT)
+    assert not wanted(["tests/k8s/test_k8s_manifest.py", "notebooks/05_horovod.ipynb"], ROOT)

@@ -224,3 +224,48 @@ def test_bad_input_in_python_is_a_config_error():
         manifest("t.py", workers=2)
     with pytest.raises(ConfigError, match="kind 'helm' is unknown"):
         manifest("t.py", image=IMAGE, kind="helm")
+
+
+# --- Horovod: the MPI operator's MPIJob -----------------------------------------------------
+# The fields of MPIJobSpec, RunPolicy and ReplicaSpec in kubeflow/mpi-operator's
+# pkg/apis/kubeflow/v2beta1/types.go (kubeflow.org/v2beta1); no schema of it is installed here.
+MPIJOB_SPEC = {"slotsPerWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath",
+               "waitForWorkers", "mpiImplementation"}  # fmt: skip
+
+
+def test_horovod_is_an_mpijob_whose_launcher_reads_the_operators_hostfile():
+    m = manifest("launch/train_horovod.py", strategy="horovod", kind="mpijob", workers=2,
+                 image=IMAGE, name="hvd", args=["--epochs", "1"], gpus=1)  # fmt: skip
+    objs = _by_kind(m)
+    assert sorted(objs) == ["MPIJob", "PersistentVolumeClaim"] and m.plan.pods == 3
+    job = objs["MPIJob"]
+    assert job["apiVersion"] == "kubeflow.org/v2beta1" and set(job["spec"]) <= MPIJOB_SPEC
+    assert set(job["spec"]["runPolicy"]) <= RUN_POLICY
+    specs = job["spec"]["mpiReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in specs.items()} == {"Launcher": 1, "Worker": 2}
+    for replica in specs.values():
+        assert set(replica) <= REPLICA and replica["restartPolicy"] in RESTART
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+                    "template": replica["template"]}  # fmt: skip
+        for version in VERSIONS:
+            _validate(template, version)
+    (launcher,) = specs["Launcher"]["template"]["spec"]["containers"]
+    (worker,) = specs["Worker"]["template"]["spec"]["containers"]
+    # Without --hostfile, horovodrun would start both ranks on the launcher itself.
+    want = ["horovodrun", "-np", "2", "--hostfile", "/etc/mpi/hostfile", "--mpi", "python",
+            "launch/train_horovod.py", "--epochs", "1"]  # fmt: skip
+    assert launcher["command"] == want
+    assert worker["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/ddlkit/.sshd_config"]
+    assert job["spec"]["sshAuthMountPath"] == "/home/ddlkit/.ssh"  # the image's user's
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"  # ranks run on the workers
+    assert "nvidia.com/gpu" not in launcher["resources"]["limits"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kind", "words"),
+    [("horovod", "job", "use kind='mpijob'"), ("horovod", "tfjob", "use kind='mpijob'"),
+     ("multi_worker", "mpijob", "runs Horovod only")],
+)  # fmt: skip
+def test_a_kind_that_cannot_run_the_strategy_is_one_error(strategy, kind, words):
+    with pytest.raises(ConfigError, match=words):
+        manifest("t.py", strategy=strategy, kind=kind, image=IMAGE)
