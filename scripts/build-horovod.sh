@@ -2,7 +2,8 @@
 # Build Horovod 0.28.1 (the last release) against this venv's TensorFlow, cache the
 # wheel, and install it.
 #
-#   scripts/build-horovod.sh [--optional] [--mpi] [--cached-only] [PYTHON]
+#   scripts/build-horovod.sh [--optional] [--mpi] [--cached-only] [--wheel-to DIR]
+#                            [--tf-version V] [PYTHON]
 #
 # PYTHON is the venv's interpreter (default .venv/bin/python). Steps, each skipped
 # when already done:
@@ -31,7 +32,9 @@
 # Gloo works either way. `make ... HOROVOD_MPI=1` passes it.
 #
 # --cached-only installs a cached wheel but never builds: it exits 3 when this key has none
-# (the Containerfile installs compilers only then).
+# (the Containerfile installs compilers only then). --wheel-to DIR copies the wheel (cached
+# or built) to DIR instead of installing it; --tf-version V names the TensorFlow it is for
+# when PYTHON's environment has none (the Containerfile's first stage, looking for a cache).
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
@@ -42,12 +45,17 @@ XLA_LINE='list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_m
 optional=0
 mpi=0
 cached_only=0
+wheel_to=
+tf_pin=
 while [[ "${1:-}" == --* ]]; do
   case "$1" in
     --optional) optional=1 ;;
     --mpi) mpi=1 ;;
     --cached-only) cached_only=1 ;;
-    *) echo "build-horovod.sh: unknown option $1 (use --optional, --mpi, --cached-only)" >&2; exit 2 ;;
+    --wheel-to) wheel_to=${2:?--wheel-to needs a directory}; shift ;;
+    --tf-version) tf_pin=${2:?--tf-version needs a version}; shift ;;
+    *) echo "build-horovod.sh: unknown option $1 (use --optional, --mpi, --cached-only," \
+         "--wheel-to DIR, --tf-version V)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -73,10 +81,14 @@ fail() {
   exit 1
 }
 
-[[ -x "$PY" ]] || fail "no Python at $PY." "create the venv first (make install)"
-tf_version=$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorflow"))' \
-  2>/dev/null) || fail "TensorFlow is not installed in $PY's environment." \
-  "install the kit first (make install)"
+[[ -x "$PY" ]] || PY=$(command -v "$PY") || fail "no Python at $PY." "create the venv first (make install)"
+if [[ -n "$tf_pin" ]]; then
+  tf_version=$tf_pin
+else
+  tf_version=$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorflow"))' \
+    2>/dev/null) || fail "TensorFlow is not installed in $PY's environment." \
+    "install the kit first (make install)"
+fi
 py_tag=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 if [[ $mpi == 1 ]]; then
   transports=gloo-mpi
@@ -152,6 +164,11 @@ if [[ -z "$wheel" ]]; then
   echo "Horovod: built in $(($(date +%s) - start)) s, cached as $wheel"
 fi
 
+if [[ -n "$wheel_to" ]]; then
+  mkdir -p "$wheel_to" && cp "$wheel" "$wheel_to/"
+  echo "Horovod $HOROVOD_VERSION: wheel copied to $wheel_to ($key)."
+  exit 0
+fi
 echo "Horovod $HOROVOD_VERSION: installing $wheel"
 "$PY" -m pip install -q --force-reinstall --no-deps "$wheel" >>"$log" 2>&1 &&
   "$PY" -m pip install -q "$wheel" >>"$log" 2>&1 ||

@@ -231,9 +231,12 @@ def test_horovod_runs_as_an_mpijob_across_containers_over_ssh(image, tmp_path):
         hostfile == "hvd-worker-0.hvd.default.svc slots=1\nhvd-worker-1.hvd.default.svc slots=1\n"
     )
     assert codes == [0], logs  # the launcher's exit is the job's; the workers were then ended
-    assert got == {"worker-0", "worker-1"}, logs  # one rank in each worker, both reporting
+    assert got == {"rank-0", "rank-1"}, logs  # one rank in each worker, both reporting
     results = contract.read_results(tmp_path / "volume" / "hvd")
-    assert list(results) == ["worker-0"] and results["worker-0"]["replicas"] == 2, logs
+    assert sorted(results) == ["rank-0", "rank-1"], logs
+    assert all(r["replicas"] == 2 for r in results.values()), results
+    tags = {line.split(":")[0] for line in logs["hvd-launcher"].splitlines() if "RESULT" in line}
+    assert tags == {"[1,0]<stdout>", "[1,1]<stdout>"}, logs  # mpirun relays both ranks' output
     assert pods.leftovers() == [] and not pods.etc.exists()  # the Secret and hostfile too
 
 
