@@ -38,7 +38,7 @@ from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.sshd import keygen_argv
 from ddlkit.image import podman
 from ddlkit.k8s import mpijob
-from ddlkit.k8s.local import _container
+from ddlkit.k8s.local import _container, container_env
 from ddlkit.k8s.manifest import Manifest
 from ddlkit.k8s.plan import MOUNT
 
@@ -75,25 +75,6 @@ class Pod:
         return self.host.split(".")[0]
 
 
-def _env(container: dict, secrets: Mapping) -> dict[str, str]:
-    """A container's ``env``, a ``secretKeyRef`` read from ``secrets``."""
-    env = {}
-    for item in container.get("env", []):
-        if "value" in item:
-            env[item["name"]] = item["value"]
-            continue
-        ref = item["valueFrom"]["secretKeyRef"]
-        try:
-            env[item["name"]] = secrets[ref["name"]][ref["key"]]
-        except KeyError:
-            raise ConfigError(
-                f"the pods read {item['name']} from Secret {ref['name']!r} key "
-                f"{ref['key']!r}, which secrets= lacks. Fix: pass secrets="
-                f"{{{ref['name']!r}: {{{ref['key']!r}: ...}}}}."
-            ) from None
-    return env
-
-
 def _volume(mount: Path) -> tuple[str, str, str]:
     return (str(mount), MOUNT, "")
 
@@ -101,7 +82,7 @@ def _volume(mount: Path) -> tuple[str, str, str]:
 def job_pods(manifest: Manifest, mount: Path, secrets: Mapping) -> list[Pod]:
     """The Indexed Job's pods: the container's command with ``JOB_COMPLETION_INDEX`` = i."""
     container, plan = _container(manifest), manifest.plan
-    env = _env(container, secrets)
+    env = container_env(container, secrets)
     return [
         Pod(pod_host(plan.name, plan.service, i), container["image"],
             tuple(container["command"]), {INDEX_VAR: str(i), **env}, (_volume(mount),))
@@ -126,10 +107,10 @@ def mpijob_pods(manifest: Manifest, mount: Path, secrets: Mapping, etc: Path) ->
     mpi_env = {"OMPI_MCA_orte_default_hostfile": mpijob.HOSTFILE,
                "OMPI_MCA_orte_keep_fqdn_hostnames": "true"}  # fmt: skip
     pods = [Pod(hosts[0], launcher["image"], tuple(launcher["command"]),
-                {**_env(launcher, secrets), **mpi_env},
+                {**container_env(launcher, secrets), **mpi_env},
                 (_volume(mount), ssh, (str(etc / "mpi"), "/etc/mpi", "ro")))]  # fmt: skip
     pods += [
-        Pod(h, worker["image"], tuple(worker["command"]), _env(worker, secrets),
+        Pod(h, worker["image"], tuple(worker["command"]), container_env(worker, secrets),
             (_volume(mount), ssh), ends=False)
         for h in hosts[1:]
     ]  # fmt: skip

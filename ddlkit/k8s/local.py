@@ -65,25 +65,13 @@ class PodHosts:
         return not {h.name for h in self.hosts} & set(netns.existing())
 
     def pod_env(self, manifest: Manifest, index: int, mount: Path, secrets: Mapping) -> dict:
-        """Pod ``index``'s variables: the container's ``env`` and its completion index."""
-        container = _container(manifest)
+        """Pod ``index``'s variables: the container's ``env`` (the volume's path as the
+        directory here) and its completion index."""
         env = {INDEX_VAR: str(index)}
-        for item in container.get("env", []):
-            if "value" in item:
-                value = item["value"]
-                if value == MOUNT or value.startswith(f"{MOUNT}/"):
-                    value = str(mount) + value[len(MOUNT) :]  # the volume, as a directory here
-                env[item["name"]] = value
-            else:
-                ref = item["valueFrom"]["secretKeyRef"]
-                try:
-                    env[item["name"]] = secrets[ref["name"]][ref["key"]]
-                except KeyError:
-                    raise ConfigError(
-                        f"the pods read {item['name']} from Secret {ref['name']!r} key "
-                        f"{ref['key']!r}, which secrets= lacks. Fix: pass secrets="
-                        f"{{{ref['name']!r}: {{{ref['key']!r}: ...}}}}."
-                    ) from None
+        for name, value in container_env(_container(manifest), secrets).items():
+            if value == MOUNT or value.startswith(f"{MOUNT}/"):
+                value = str(mount) + value[len(MOUNT) :]  # the volume, as a directory here
+            env[name] = value
         return env
 
     def argv(self, manifest: Manifest, index: int) -> list[str]:
@@ -142,6 +130,26 @@ def unavailable() -> str:
     """Why pods cannot be played on this machine ('' when they can): namespaced hosts need
     Linux, root and ``ip``, and a machine that lets root make network namespaces."""
     return netns.unavailable(try_it=True)
+
+
+def container_env(container: dict, secrets: Mapping) -> dict[str, str]:
+    """A container's ``env``, each ``secretKeyRef`` read from ``secrets`` (ConfigError names a
+    missing one): what the pod's process sees, on namespaced hosts or in containers."""
+    env = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+            continue
+        ref = item["valueFrom"]["secretKeyRef"]
+        try:
+            env[item["name"]] = secrets[ref["name"]][ref["key"]]
+        except KeyError:
+            raise ConfigError(
+                f"the pods read {item['name']} from Secret {ref['name']!r} key "
+                f"{ref['key']!r}, which secrets= lacks. Fix: pass secrets="
+                f"{{{ref['name']!r}: {{{ref['key']!r}: ...}}}}."
+            ) from None
+    return env
 
 
 def _container(manifest: Manifest) -> dict:
