@@ -17,7 +17,6 @@ still running inside the hosts is stopped (SIGTERM, then SIGKILL) before they ar
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import os
 import shutil
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddlkit.errors import ConfigError, MissingSystemPackageError
+from ddlkit.locks import file_lock
 
 PREFIX = "10.213"
 MAX_HOSTS = 200
@@ -276,14 +276,8 @@ def destroy(p: NetnsPlan) -> None:
 LOCK = "/run/ddlkit-netns.lock"  # serialises choosing names/subnets between processes
 
 
-@contextmanager
-def _creation_lock() -> Iterator[None]:
-    with open(LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def _creation_lock():
+    return file_lock(LOCK)
 
 
 def _check_unused(p: NetnsPlan) -> None:

@@ -17,8 +17,6 @@ The build is one function of a pure :class:`BuildPlan` (argv lists, no shell).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -32,6 +30,7 @@ from pathlib import Path
 from ddlkit import settings
 from ddlkit.errors import ConfigError
 from ddlkit.image import podman
+from ddlkit.locks import file_lock
 
 SUITE = "bookworm"
 # What the base has: Python 3.11 with venv (the image's /opt/venv), Open MPI and ssh (an
@@ -169,17 +168,11 @@ def _run_logged(argv: list[str], log: Path, what: str, fix: str) -> None:
         raise ConfigError(f"{what} failed: {tail[0]} (log: {log}). Fix: {fix}.")
 
 
-@contextlib.contextmanager
 def _build_lock():
     """One build at a time on this machine (a second caller waits, then finds it done)."""
     path = settings.home() / "containers" / "build.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return file_lock(path)
 
 
 def build_base(echo=print) -> str:
