@@ -19,7 +19,11 @@ from pathlib import Path
 
 from ddlkit.environments.kubernetes import TF_PORT
 from ddlkit.errors import ConfigError
+from ddlkit.k8s.peers import DEFAULT_PEER_WAIT
 from ddlkit.k8s.plan import KINDS, STRATEGIES
+
+PEER_WAIT_HELP = "seconds each pod waits for peer pods still Pending (0: no wait)"
+PEERS_PENDING = 3  # exec's exit code when peers stayed Pending past --peer-wait
 
 
 def _script_args(args: Sequence[str]) -> list[str]:
@@ -45,6 +49,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--port", type=int, default=TF_PORT, help="TensorFlow's server port")
     m.add_argument("--collector", help="HOST:PORT of a metrics collector the pods reach")
     m.add_argument("--token-secret", help="the Secret whose key 'token' is its token")
+    m.add_argument("--peer-wait", type=float, default=DEFAULT_PEER_WAIT, help=PEER_WAIT_HELP)
     m.add_argument("-o", "--output", type=Path, help="a file (default: stdout)")
     m.add_argument("script", help="the training script's path inside the image")
     m.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: its arguments")
@@ -56,6 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--ps", type=int, default=0, help="ParameterServerStrategy: K ps tasks")
     e.add_argument("--port", type=int, default=TF_PORT)
     e.add_argument("--run-dir", help="default: DDLKIT_RUN_DIR, else runs/k8s-<job>")
+    e.add_argument("--peer-wait", type=float, default=DEFAULT_PEER_WAIT, help=PEER_WAIT_HELP)
     e.add_argument("script")
     e.add_argument("script_args", nargs=argparse.REMAINDER)
 
@@ -68,7 +74,7 @@ def _manifest(args: argparse.Namespace) -> int:
         ps=args.ps, args=_script_args(args.script_args), kind=args.kind, name=args.name,
         cpu=args.cpu, memory=args.memory, gpus=args.gpus, storage=args.storage,
         storage_class=args.storage_class, retries=args.retries, port=args.port,
-        collector=args.collector, token_secret=args.token_secret,
+        collector=args.collector, token_secret=args.token_secret, peer_wait=args.peer_wait,
     )  # fmt: skip
     if args.output is None:
         sys.stdout.write(built.to_yaml())
@@ -78,15 +84,18 @@ def _manifest(args: argparse.Namespace) -> int:
 
 
 def _exec(args: argparse.Namespace) -> int:
-    from ddlkit.k8s.pod import run, worker_env
+    from ddlkit.k8s.pod import peers_ready, run, worker_env
     from ddlkit.slurm import exec_argv
 
     service = args.service or args.job
     argv_list = exec_argv(args.script, _script_args(args.script_args))
+    environ = dict(os.environ)
     env = worker_env(
-        dict(os.environ), args.job, service, args.pods, args.ps, args.port,
-        args.run_dir,
+        environ, args.job, service, args.pods, args.ps, args.port, args.run_dir,
     )  # fmt: skip
+    if not peers_ready(environ, env, args.job, service, args.pods, args.ps, args.port,
+                       args.peer_wait):  # fmt: skip
+        return PEERS_PENDING
     return run(argv_list, env, args.ps)
 
 

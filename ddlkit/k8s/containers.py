@@ -28,9 +28,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddlkit.environments.kubernetes import INDEX_VAR, pod_host
@@ -129,6 +129,7 @@ class PodContainers:
     addresses: tuple[str, ...]
     hosts: tuple[str, ...]  # every pod's DNS name, in pod order
     etc: Path  # the MPIJob's Secret and hostfile, as the operator would mount them
+    pending: set[int] = field(default_factory=set)  # pods left Pending by start(pending=)
 
     def names(self) -> list[str]:
         return list(self.hosts)
@@ -136,11 +137,19 @@ class PodContainers:
     def container(self, index: int) -> str:
         return f"{self.hosts[index].split('.')[0]}-{self.run}"
 
+    def started(self) -> list[int]:
+        """The indices of the pods that run (all but the ones left Pending)."""
+        return [i for i in range(len(self.hosts)) if i not in self.pending]
+
     def hosts_lines(self) -> list[str]:
-        """``--add-host`` values: every pod's DNS name and host name, with its address."""
+        """``--add-host`` values: every started pod's DNS name and host name, with its address.
+
+        A Pending pod has no address, so the headless Service gives its name no record.
+        """
         out = []
-        for address, name in zip(self.addresses, self.hosts, strict=True):
-            out += [f"{name}:{address}", f"{name.split('.')[0]}:{address}"]
+        for i in self.started():
+            name = self.hosts[i]
+            out += [f"{name}:{self.addresses[i]}", f"{name.split('.')[0]}:{self.addresses[i]}"]
         return out
 
     def pods(self, manifest: Manifest, mount: Path, secrets: Mapping) -> list[Pod]:
@@ -164,12 +173,21 @@ class PodContainers:
         manifest: Manifest,
         mount: str | os.PathLike,
         secrets: Mapping[str, Mapping[str, str]] | None = None,
+        pending: Collection[int] = (),
     ) -> None:
         """Start every pod's container (all checked first); the volume is ``mount``.
 
         Servers (an MPIJob's sshd workers) first, each listening before the next pod starts:
-        the launcher's first ssh finds them up.
+        the launcher's first ssh finds them up. The pods in ``pending`` are not started, as
+        pods the scheduler has found no room for, and their names resolve nowhere.
         """
+        last = len(self.hosts) - 1
+        if not set(pending) <= set(range(last + 1)) or len(set(pending)) > last:
+            raise ConfigError(
+                f"pending={sorted(pending)} must name some, not all, of pods 0..{last}. Fix: "
+                f"leave at least one pod to start."
+            )
+        self.pending.update(pending)
         mount = Path(mount).absolute()
         pods = self.pods(manifest, mount, secrets or {})
         for image in {p.image for p in pods}:
@@ -181,7 +199,7 @@ class PodContainers:
             (self.etc / "mpi").mkdir(exist_ok=True)
             hostfile = mpijob.hostfile_of(list(self.hosts[1:]), manifest.objects[-1])
             (self.etc / "mpi" / "hostfile").write_text(hostfile)
-        order = sorted(range(len(pods)), key=lambda i: pods[i].ends)  # servers first
+        order = sorted(self.started(), key=lambda i: pods[i].ends)  # servers first
         for i in order:
             podman.run(self.run_argv(pods[i], i), env_extra=dict(pods[i].env), timeout=60)
             if not pods[i].ends:
@@ -207,10 +225,11 @@ class PodContainers:
         ``timeout`` s every pod is killed and ConfigError says so.
         """
         deadline = time.monotonic() + timeout
-        servers = {i for i in range(len(self.hosts)) if self._is_server(i)}
+        started = self.started()
+        servers = {i for i in started if self._is_server(i)}
         codes: dict[int, int] = {}
-        while len(codes) < len(self.hosts) - len(servers):
-            for i in range(len(self.hosts)):
+        while len(codes) < len(started) - len(servers):
+            for i in started:
                 if i in codes:
                     continue
                 state = self.state(i)
@@ -221,7 +240,7 @@ class PodContainers:
                         raise PodFailedError(self.hosts[i].split(".")[0], code)
                     if i not in servers:
                         codes[i] = code
-            if len(codes) < len(self.hosts) - len(servers):
+            if len(codes) < len(started) - len(servers):
                 if time.monotonic() > deadline:
                     self.kill()
                     raise ConfigError(
@@ -245,12 +264,12 @@ class PodContainers:
         return done.stdout + done.stderr
 
     def logs(self) -> dict[str, str]:
-        """Every pod's output, by its host name."""
-        return {h.split(".")[0]: self.logs_of(i) for i, h in enumerate(self.hosts)}
+        """Every started pod's output, by its host name."""
+        return {self.hosts[i].split(".")[0]: self.logs_of(i) for i in self.started()}
 
     def kill(self, index: int | None = None) -> None:
         """SIGKILL one pod's container (a node lost), or all of them."""
-        which = range(len(self.hosts)) if index is None else [index]
+        which = self.started() if index is None else [index]
         for i in which:
             podman.run(["podman", "kill", self.container(i)], check=False)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
 from ddlkit.k8s import mpijob, objects, tfjob
+from ddlkit.k8s.peers import DEFAULT_PEER_WAIT
 from ddlkit.k8s.plan import JobPlan, check_kind, make_plan
 
 _ROLE = {
@@ -104,6 +105,7 @@ def manifest(
     port: int = 2222,
     collector: str | None = None,
     token_secret: str | None = None,
+    peer_wait: float = DEFAULT_PEER_WAIT,
 ) -> Manifest:
     """The manifest of ``script`` trained with ``strategy`` on ``workers`` pods (pure).
 
@@ -112,7 +114,8 @@ def manifest(
     ``storage`` sizes the checkpoint volume, ``storage_class`` names a class that offers
     ReadWriteMany volumes (default: the cluster's default class); ``retries`` is how often
     one pod may be replaced (default by strategy); ``collector`` + ``token_secret`` send
-    live metrics to a collector the pods can reach. ConfigError for a bad value, before
+    live metrics to a collector the pods can reach; ``peer_wait`` is how long each pod waits
+    for peers that are still Pending (:mod:`ddlkit.k8s.peers`). ConfigError for a bad value, before
     anything is built.
     """
     check_kind(strategy, kind)
@@ -120,6 +123,6 @@ def manifest(
         script, strategy=strategy, workers=workers, image=image, ps=ps, args=args, name=name,
         cpu=cpu, memory=memory, gpus=gpus, storage=storage, storage_class=storage_class,
         retries=retries, port=port,
-        collector=collector, token_secret=token_secret,
+        collector=collector, token_secret=token_secret, peer_wait=peer_wait,
     )  # fmt: skip
     return Manifest(plan, kind, _BUILD[kind](plan))

@@ -68,7 +68,7 @@ def exec_command(plan: JobPlan) -> list[str]:
     shape = ["--job", plan.name, "--service", plan.service, "--pods", str(plan.pods)]
     if plan.ps:  # parameter_server (the plan allows ps tasks for it alone)
         shape += ["--ps", str(plan.ps)]
-    shape += ["--port", str(plan.port)]
+    shape += ["--port", str(plan.port), "--peer-wait", f"{plan.peer_wait:g}"]
     return ["python", "-m", "ddlkit.k8s", "exec", *shape, "--", plan.script, *plan.args]
 
 

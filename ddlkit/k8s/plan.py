@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ddlkit import strategies
 from ddlkit.environments.kubernetes import TF_PORT, check_label
 from ddlkit.errors import ConfigError
+from ddlkit.k8s.peers import DEFAULT_PEER_WAIT
 
 STRATEGIES = ("multi_worker", "parameter_server", "horovod")
 KINDS = ("job", "tfjob", "mpijob")
@@ -52,6 +53,7 @@ class JobPlan:
     port: int = TF_PORT
     collector: str | None = None  # host:port of a metrics collector the pods reach
     token_secret: str | None = None  # the Secret whose key "token" is the collector's token
+    peer_wait: float = DEFAULT_PEER_WAIT  # s a pod waits for Pending peers (0: not at all)
 
     @property
     def pods(self) -> int:
@@ -128,6 +130,7 @@ def make_plan(
     port: int = TF_PORT,
     collector: str | None = None,
     token_secret: str | None = None,
+    peer_wait: float = DEFAULT_PEER_WAIT,
 ) -> JobPlan:
     """The checked plan (ConfigError for the first bad value, naming the fix)."""
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
@@ -173,6 +176,11 @@ def make_plan(
         raise ConfigError(f"collector {collector!r} is not HOST:PORT. Fix: e.g. 10.0.0.5:7000.")
     if token_secret is not None:
         check_label("Secret", token_secret)
+    if isinstance(peer_wait, bool) or not isinstance(peer_wait, int | float) or not peer_wait >= 0:
+        raise ConfigError(
+            f"peer_wait={peer_wait!r} is not a number of seconds >= 0. Fix: pass --peer-wait S "
+            f"(how long a pod waits for Pending peers; 0: not at all), e.g. 600."
+        )
     if storage_class is not None and not _SUBDOMAIN_RE.fullmatch(str(storage_class)):
         raise ConfigError(
             f"storage_class={storage_class!r} is not a StorageClass name (lowercase letters, "
@@ -196,4 +204,5 @@ def make_plan(
         port=port,
         collector=collector,
         token_secret=token_secret,
+        peer_wait=float(peer_wait),
     )

@@ -6,6 +6,10 @@ The manifest's command runs it in every pod of the Indexed Job. It reads the pod
 worker (``worker-1``, ``chief-0``, ``ps-0``: :mod:`ddlkit.contract`'s rules) and replaces
 itself with ``python SCRIPT ARGS`` (``os.execv``: no shell, the arguments verbatim).
 
+First it waits, up to ``--peer-wait`` seconds, until every peer pod's name has an address: a
+peer that is still Pending has none, and TensorFlow alone would wait an hour for it
+(:mod:`ddlkit.k8s.peers`).
+
 With ``--ps K`` the ps and worker servers never end by themselves: the wrapper runs them as
 its children and ends them once the chief's result is in the run directory on the shared
 checkpoint volume (:func:`ddlkit.environments.scheduled.serve_until_chief_reports`).
@@ -14,12 +18,14 @@ checkpoint volume (:func:`ddlkit.environments.scheduled.serve_until_chief_report
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ddlkit.contract import RUN_DIR_VAR
-from ddlkit.environments.kubernetes import TF_PORT, Kubernetes
+from ddlkit.contract import RUN_DIR_VAR, WORKER_VAR
+from ddlkit.environments.kubernetes import TF_PORT, Kubernetes, pod_host
 from ddlkit.environments.scheduled import exec_task
+from ddlkit.k8s.peers import PeersPendingError, wait_for_peers
 
 
 def default_run_dir(job: str) -> Path:
@@ -53,3 +59,33 @@ def worker_env(
 def run(argv_list: list[str], env: Mapping[str, str], ps: int) -> int:
     """Show who this pod is, then exec the script (or serve until the chief reports)."""
     return exec_task("ddlkit.k8s", argv_list, env, ps)
+
+
+def peers_ready(
+    environ: Mapping[str, str],
+    env: Mapping[str, str],
+    job: str,
+    service: str,
+    pods: int,
+    ps: int,
+    port: int,
+    timeout: float,
+) -> bool:
+    """Wait up to ``timeout`` s for every other pod's name to resolve (0: do not wait).
+
+    False, with one line on stderr naming the pods still Pending, when they do not.
+    """
+    if timeout <= 0:
+        return True
+    me = Kubernetes.from_env(environ, job, service, pods, ps, port).pod
+    peers = [pod_host(job, service, i) for i in range(pods) if i != me.index]
+    name = env[WORKER_VAR]
+    try:
+        waited = wait_for_peers(name, peers, timeout)
+    except PeersPendingError as exc:
+        print(f"ddlkit.k8s: error: {exc}", file=sys.stderr, flush=True)
+        return False
+    if waited >= 1:
+        print(f"ddlkit.k8s: {name}: every peer has an address after {waited:.0f} s",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return True

@@ -273,6 +273,26 @@ def test_a_killed_container_fails_the_job_naming_its_pod_and_nothing_is_left(ima
     assert nets.stdout.split() == []
 
 
+@pytest.mark.slow
+@needs_podman
+def test_a_pod_whose_peer_stays_pending_fails_in_bounded_time_naming_it(image, tmp_path):
+    """Pod lone-1 never starts and its name resolves nowhere, as a Pending pod's: lone-0
+    waits --peer-wait seconds, not TensorFlow's hour, then fails naming lone-1."""
+    m = manifest(SCRIPT, workers=2, image=image, name="lone", peer_wait=5)
+    with pod_containers(m) as pods:
+        started = time.monotonic()
+        pods.start(m, mount=tmp_path / "volume", pending={1})
+        with pytest.raises(PodFailedError) as info:
+            pods.wait(timeout=60)
+        took = time.monotonic() - started
+        log = pods.logs()["lone-0"]
+    assert (info.value.pod, info.value.exit_code) == ("lone-0", 3), log
+    assert "worker-0 waited 5 s for pod(s) lone-1 to get an address" in log
+    assert "kubectl describe pod lone-1" in log and "Traceback" not in log
+    assert took < 30, took
+    assert pods.leftovers() == []
+
+
 def test_the_suite_prebuilds_the_image_only_when_it_runs_the_container_tests(tmp_path):
     from tests.harness.image_prebuild import NEEDS_IMAGE, ROOT, wanted
 

@@ -57,7 +57,8 @@ def test_the_manifest_and_the_pods_agree_on_names_and_count():
     shape = dict(zip(command[4:-2:2], command[5:-2:2], strict=True))
     spec = job["spec"]
     assert shape == {"--job": "ps", "--service": spec["template"]["spec"]["subdomain"],
-                     "--pods": str(spec["completions"]), "--ps": "1", "--port": "2222"}  # fmt: skip
+                     "--pods": str(spec["completions"]), "--ps": "1", "--port": "2222",
+                     "--peer-wait": "600"}  # fmt: skip
 
 
 def test_worker_env_names_the_worker_and_its_run_dir(tmp_path):
@@ -108,7 +109,8 @@ def test_exec_sets_the_worker_env_and_passes_arguments_verbatim(tmp_path):
     )
     odd = ["a b", "$(touch pwned)", ";", "--epochs", "1", "*"]
     env = {"JOB_COMPLETION_INDEX": "1", "DDLKIT_RUNS": str(tmp_path / "runs")}
-    proc = _exec(["--job", "mnist", "--pods", "2", "--", str(script), *odd], env, tmp_path)
+    argv = ["--job", "mnist", "--pods", "2", "--peer-wait", "0", "--", str(script), *odd]
+    proc = _exec(argv, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     shown = json.loads(proc.stdout)
     assert shown["argv"] == odd and not (tmp_path / "pwned").exists()
@@ -154,7 +156,8 @@ def test_parameter_server_pods_serve_until_the_chief_reports(tmp_path):
         "    time.sleep(300)  # a tf.distribute.Server's join(): never returns\n"
     )
     argv = [sys.executable, "-m", "ddlkit.k8s", "exec", "--job", "ps", "--pods", "3", "--ps",
-            "1", "--run-dir", str(tmp_path / "run"), "--", str(script)]  # fmt: skip
+            "1", "--peer-wait", "0", "--run-dir", str(tmp_path / "run"), "--",
+            str(script)]  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if k != "JOB_COMPLETION_INDEX"}
     procs = [
         subprocess.Popen(
@@ -217,3 +220,17 @@ def test_pods_on_namespaced_hosts_train_mwms_and_stream_metrics(data_env, tmp_pa
     assert all(r["replicas"] == 2 and r["steps"] == 3 for r in results.values()), results
     assert not any(netns.pids_in(h) for h in pods.hosts)
     assert pods.closed()  # the hosts are gone with the block
+
+
+def test_exec_waits_for_a_pending_peer_then_fails_naming_it_and_starts_nothing(tmp_path):
+    """A peer with no address (a Pending pod: no DNS record) stops exec after --peer-wait."""
+    script = tmp_path / "mark.py"
+    script.write_text("open('started', 'w').close()\n")
+    env = {"JOB_COMPLETION_INDEX": "1", "DDLKIT_RUNS": str(tmp_path / "runs")}
+    argv = ["--job", "ghost", "--service", "ghosts", "--pods", "3", "--peer-wait", "2"]
+    proc = _exec([*argv, "--", str(script)], env, tmp_path)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("ddlkit.k8s: error: worker-1 waited 2 s for pod(s) ghost-0, ghost-2 ")
+    assert "Pending" in error and "kubectl describe pod ghost-0" in error and "Fix:" in error
+    assert not (tmp_path / "started").exists()
