@@ -105,13 +105,17 @@ class BuildPlan:
     digest: str = ""  # context_digest(): the image's label
 
     def argv(self) -> list[str]:
-        argv = ["buildah", "bud", "--isolation", "oci", "--layers", "--tag", self.tag]
+        # --force-rm: a failed step leaves no working container behind (a full disk, say)
+        argv = ["buildah", "bud", "--isolation", "oci", "--layers", "--force-rm", "--tag", self.tag]
         if self.digest:
             argv += ["--label", f"{CONTEXT_LABEL}={self.digest}"]
         argv += ["--build-arg", f"BASE={self.base}", "--file", str(self.context / "Containerfile")]
         for host, inside, options in self.mounts:
             argv += ["--volume", f"{host}:{inside}:{options}" if options else f"{host}:{inside}"]
         return [*argv, str(self.context)]
+
+
+PRUNE_REPLACED = ["podman", "image", "prune", "--force", "--filter", f"label={CONTEXT_LABEL}"]
 
 
 def _ca_bundle(environ) -> Path | None:
@@ -218,6 +222,9 @@ def build(tag: str = DEFAULT_TAG, base: str | None = None, echo=print) -> str:
         echo(f"image {tag}: buildah bud (log: {_log_path('build')})...")
         start = time.monotonic()
         _run_logged(p.argv(), _log_path("build"), "buildah bud", "read the log's last step")
+        # The image this build replaced lost its tag: remove it (and any older one), not the
+        # layers the next build may reuse, which carry no label.
+        podman.run(PRUNE_REPLACED, timeout=300)
     size = image_size(tag)
     echo(
         f"image {tag}: ready in {time.monotonic() - start:.0f} s, {size / 1e9:.2f} GB.\n"

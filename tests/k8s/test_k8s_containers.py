@@ -122,12 +122,13 @@ def test_the_image_holds_the_kit_horovod_and_the_data_as_a_non_root_user(image):
         "import os, horovod.tensorflow as hvd, tensorflow as tf; from ddlkit.data import load; "
         "(x, y), _ = load('mnist'); "
         "print(os.getuid(), os.getcwd(), tf.__version__, hvd.mpi_built(), hvd.gloo_built(), "
-        "len(x))"
+        "len(x), os.path.exists(tf.sysconfig.get_include()))"
     )
     done = podman.run(["podman", "run", "--rm", image, "python", "-c", probe], timeout=120)
-    uid, cwd, tf_version, mpi, gloo, n = done.stdout.split()[-6:]
+    uid, cwd, tf_version, mpi, gloo, n, headers = done.stdout.split()[-7:]
     assert (uid, cwd, tf_version, mpi, gloo, n) == ("1000", "/opt/ddlkit", "2.21.0", "True",
                                                     "True", "60000")  # fmt: skip
+    assert headers == "False"  # TensorFlow's C++ headers stayed in the build
     tools = "mpirun ssh /usr/sbin/sshd horovodrun g++ cmake"
     look = f"for t in {tools}; do command -v $t || echo no-$t; done"
     tools = podman.run(["podman", "run", "--rm", image, "sh", "-c", look]).stdout.split()
