@@ -273,6 +273,10 @@ class PodContainers:
         for i in which:
             podman.run(["podman", "kill", self.container(i)], check=False)
 
+    def closed(self) -> bool:
+        """Whether every container and the network are gone (after the block has ended)."""
+        return not self.leftovers()
+
     def leftovers(self) -> list[str]:
         """Containers and networks of this block that still exist (none after it ends)."""
         done = podman.run(
@@ -297,6 +301,13 @@ def _check_image(image: str) -> None:
             f"image {image!r} is not in podman's store. Fix: build it (make image, or "
             f"ddlkit image build --tag {image}), or name an image that exists (podman images)."
         )
+
+
+def kit_image(echo=print) -> str:
+    """The kit's image (``make image``): built here, or found up to date; its tag."""
+    from ddlkit.image.build import build
+
+    return build(echo=echo)
 
 
 def unavailable() -> str:

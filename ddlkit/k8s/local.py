@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddlkit.environments.kubernetes import INDEX_VAR, pod_host
@@ -40,6 +40,8 @@ class PodHosts:
     job: str
     service: str
     hosts: tuple[NetnsHost, ...]
+    started: list[subprocess.Popen] = field(default_factory=list)  # by start(), pod order
+    log_dirs: list[Path] = field(default_factory=list)  # start()'s logs=, if given
 
     @property
     def gateway(self) -> str:
@@ -89,7 +91,8 @@ class PodHosts:
         cwd: str | os.PathLike | None = None,
         logs: str | os.PathLike | None = None,
     ) -> list[subprocess.Popen]:
-        """Start every pod's command (the one place this module starts processes)."""
+        """Start every pod's command (the one place this module starts processes); with
+        ``logs``, each pod's output goes to ``<logs>/<job>-<i>.log`` (see :meth:`logs`)."""
         mount = Path(mount).absolute()
         envs = [self.pod_env(manifest, i, mount, secrets or {}) for i in range(len(self.hosts))]
         argvs = [self.argv(manifest, i) for i in range(len(self.hosts))]  # all checked first
@@ -107,10 +110,14 @@ class PodHosts:
             )
             if out is not subprocess.DEVNULL:
                 out.close()
+        self.started[:] = procs
+        self.log_dirs[:] = [] if logs is None else [Path(logs)]
         return procs
 
-    def wait(self, procs: list[subprocess.Popen], timeout: float) -> list[int]:
-        """Every pod's exit code; past ``timeout`` s all are killed and ConfigError says so."""
+    def wait(self, procs: list[subprocess.Popen] | None = None, timeout: float = 600) -> list[int]:
+        """Every pod's exit code (``procs``: those :meth:`start` returned, by default); past
+        ``timeout`` s all are killed and ConfigError says so."""
+        procs = self.started if procs is None else procs
         deadline = time.monotonic() + timeout
         try:
             return [p.wait(max(0.1, deadline - time.monotonic())) for p in procs]
@@ -124,6 +131,13 @@ class PodHosts:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+
+    def logs(self) -> dict[str, str]:
+        """Every pod's output, by its host name (what :meth:`start` wrote under ``logs``)."""
+        if not self.log_dirs:
+            raise ConfigError("no logs were kept. Fix: pass logs=DIRECTORY to start().")
+        hosts = [n.split(".")[0] for n in self.names()]
+        return {h: (self.log_dirs[0] / f"{h}.log").read_text(errors="replace") for h in hosts}
 
 
 def unavailable() -> str:

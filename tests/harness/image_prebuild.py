@@ -2,9 +2,9 @@
 
 Building the image (``ddlkit.image.build``) takes minutes of mostly copying on a fresh
 machine. The tests that run its containers come late in a full run (conftest.py puts the
-notebooks first), so the session starts the build at once at the lowest CPU priority: it
-takes the cores' idle moments while the suite waits on sockets and process starts. The
-tests' fixture calls the same build, which waits for this one under its lock and then finds
+notebooks first), and notebook 11 a few minutes in, so the session starts the build at once
+at the lowest CPU priority: it takes the cores' idle moments while the suite waits on
+sockets and process starts. The tests' fixture and notebook 11 call the same build, which waits for this one under its lock and then finds
 the image up to date. The build runs in its own process group; the session ends it (and
 anything it started) if it is still running then.
 """
@@ -20,18 +20,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_IMAGE = ROOT / "tests" / "k8s" / "test_k8s_containers.py"
+NEEDS_IMAGE_TOO = (NEEDS_IMAGE, ROOT / "notebooks" / "11_kubernetes.ipynb")  # its pods
 _proc: subprocess.Popen | None = None
 
 
 def wanted(args: list[str], rootdir: Path) -> bool:
-    """Whether the session runs the container tests (pure): no paths given (the testpaths),
-    or a given path is that file or holds it."""
+    """Whether the session runs the container tests or notebook 11 (pure): no paths given
+    (the testpaths), or a given path is one of them or holds one."""
     paths = [Path(a.split("::")[0]) for a in args if not a.startswith("-")]
     if not paths:
         return True
     for p in paths:
         p = p if p.is_absolute() else rootdir / p
-        if p.resolve() == NEEDS_IMAGE or NEEDS_IMAGE.is_relative_to(p.resolve()):
+        if any(need.is_relative_to(p.resolve()) for need in NEEDS_IMAGE_TOO):
             return True
     return False
 

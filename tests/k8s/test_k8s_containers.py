@@ -301,4 +301,5 @@ def test_the_suite_prebuilds_the_image_only_when_it_runs_the_container_tests(tmp
     assert wanted([], ROOT)  # the whole suite (testpaths)
     assert wanted(["tests"], ROOT) and wanted(["tests/k8s"], ROOT)
     assert wanted([f"{NEEDS_IMAGE}::test_x", "-x"], ROOT)
+    assert wanted(["notebooks/11_kubernetes.ipynb"], ROOT) and wanted(["notebooks"], ROOT)
     assert not wanted(["tests/k8s/test_k8s_manifest.py", "notebooks/05_horovod.ipynb"], ROOT)

@@ -206,11 +206,12 @@ def test_pods_on_namespaced_hosts_train_mwms_and_stream_metrics(data_env, tmp_pa
             m = manifest(str(script), workers=2, image=IMAGE, name="mnist", args=args,
                          collector=f"{pods.gateway}:{collector.port}",
                          token_secret="ddlkit-token")  # fmt: skip
-            procs = pods.start(m, mount=tmp_path / "volume", secrets={"ddlkit-token":
-                               {"token": token}}, cwd=ROOT, logs=tmp_path / "logs")  # fmt: skip
-            codes = pods.wait(procs, timeout=400)
-            logs = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
+            pods.start(m, mount=tmp_path / "volume", secrets={"ddlkit-token": {"token": token}},
+                       cwd=ROOT, logs=tmp_path / "logs")  # fmt: skip
+            codes = pods.wait(timeout=400)  # the pods start() started, as PodContainers waits
+            logs = {f"{name}.log": text for name, text in pods.logs().items()}
             assert codes == [0, 0], logs
+            assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == sorted(logs)
             got = {r.worker for r in collector.records()}
     assert got == {"worker-0", "worker-1"}, logs
     for i in (0, 1):  # each pod's TF server came up under its pod name
