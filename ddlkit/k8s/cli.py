@@ -50,6 +50,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--collector", help="HOST:PORT of a metrics collector the pods reach")
     m.add_argument("--token-secret", help="the Secret whose key 'token' is its token")
     m.add_argument("--peer-wait", type=float, default=DEFAULT_PEER_WAIT, help=PEER_WAIT_HELP)
+    m.add_argument("--image-pull-secret", help="the Secret that logs in to a private registry")
+    m.add_argument(
+        "--node-selector", action="append", default=[], metavar="KEY=VALUE",
+        help="a node label every pod needs, e.g. nvidia.com/gpu.present=true (repeatable)",
+    )  # fmt: skip
+    m.add_argument("--shm", help="a memory-backed /dev/shm of this size, e.g. 1Gi")
     m.add_argument("-o", "--output", type=Path, help="a file (default: stdout)")
     m.add_argument("script", help="the training script's path inside the image")
     m.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: its arguments")
@@ -66,6 +72,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("script_args", nargs=argparse.REMAINDER)
 
 
+def _selector(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(
+                f"--node-selector {pair!r} is not KEY=VALUE. Fix: e.g. "
+                f"--node-selector nvidia.com/gpu.present=true."
+            )
+        out[key] = value
+    return out
+
+
 def _manifest(args: argparse.Namespace) -> int:
     from ddlkit.k8s.manifest import manifest
 
@@ -75,6 +94,8 @@ def _manifest(args: argparse.Namespace) -> int:
         cpu=args.cpu, memory=args.memory, gpus=args.gpus, storage=args.storage,
         storage_class=args.storage_class, retries=args.retries, port=args.port,
         collector=args.collector, token_secret=args.token_secret, peer_wait=args.peer_wait,
+        pull_secret=args.image_pull_secret, node_selector=_selector(args.node_selector),
+        shm=args.shm,
     )  # fmt: skip
     if args.output is None:
         sys.stdout.write(built.to_yaml())

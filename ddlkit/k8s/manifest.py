@@ -106,6 +106,9 @@ def manifest(
     collector: str | None = None,
     token_secret: str | None = None,
     peer_wait: float = DEFAULT_PEER_WAIT,
+    pull_secret: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    shm: str | None = None,
 ) -> Manifest:
     """The manifest of ``script`` trained with ``strategy`` on ``workers`` pods (pure).
 
@@ -115,7 +118,10 @@ def manifest(
     ReadWriteMany volumes (default: the cluster's default class); ``retries`` is how often
     one pod may be replaced (default by strategy); ``collector`` + ``token_secret`` send
     live metrics to a collector the pods can reach; ``peer_wait`` is how long each pod waits
-    for peers that are still Pending (:mod:`ddlkit.k8s.peers`). ConfigError for a bad value, before
+    for peers that are still Pending (:mod:`ddlkit.k8s.peers`). For a real cluster:
+    ``pull_secret`` names the Secret for a private registry (``imagePullSecrets``),
+    ``node_selector`` the node labels the pods need (GPU nodes), ``shm`` the size of a
+    memory-backed ``/dev/shm``. ConfigError for a bad value, before
     anything is built.
     """
     check_kind(strategy, kind)
@@ -124,5 +130,6 @@ def manifest(
         cpu=cpu, memory=memory, gpus=gpus, storage=storage, storage_class=storage_class,
         retries=retries, port=port,
         collector=collector, token_secret=token_secret, peer_wait=peer_wait,
+        pull_secret=pull_secret, node_selector=node_selector, shm=shm,
     )  # fmt: skip
     return Manifest(plan, kind, _BUILD[kind](plan))

@@ -56,7 +56,11 @@ def _replica(plan: JobPlan, replicas: int, command: list[str], role: str) -> dic
         "restartPolicy": "Never",
         "template": {
             "metadata": {"labels": objects.labels(plan)},
-            "spec": {"containers": [container], "volumes": objects.volumes(plan)},
+            "spec": {
+                "containers": [container],
+                "volumes": objects.volumes(plan),
+                **objects.pod_options(plan),
+            },
         },
     }
 

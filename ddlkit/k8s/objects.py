@@ -100,12 +100,27 @@ def container(plan: JobPlan, command: list[str], gpus: bool = True, port_name: s
         "env": env(plan),
         "ports": [{"name": port_name, "containerPort": plan.port}],
         "resources": resources(plan, gpus),
-        "volumeMounts": [{"name": "checkpoints", "mountPath": MOUNT}],
+        "volumeMounts": [{"name": "checkpoints", "mountPath": MOUNT}]
+        + ([{"name": "dshm", "mountPath": "/dev/shm"}] if plan.shm else []),
     }
 
 
 def volumes(plan: JobPlan) -> list[dict]:
-    return [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": plan.claim}}]
+    out = [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": plan.claim}}]
+    if plan.shm:  # the container runtime gives /dev/shm 64 MiB; this one is RAM, up to shm
+        out.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm}})
+    return out
+
+
+def pod_options(plan: JobPlan) -> dict:
+    """What a pod spec adds for a real cluster: the private registry's pull Secret and the
+    node labels its pods need (e.g. GPU nodes), when given."""
+    out: dict = {}
+    if plan.pull_secret:
+        out["imagePullSecrets"] = [{"name": plan.pull_secret}]
+    if plan.node_selector:
+        out["nodeSelector"] = dict(plan.node_selector)
+    return out
 
 
 def pod_failure_policy() -> dict:
@@ -159,6 +174,7 @@ def job(plan: JobPlan) -> dict:
                 "restartPolicy": "Never",  # the Job replaces pods (needed by the policies above)
                 "containers": [container(plan, exec_command(plan))],
                 "volumes": volumes(plan),
+                **pod_options(plan),
             },
         },
     }

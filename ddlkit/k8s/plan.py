@@ -9,6 +9,7 @@ TFJob) turn the plan into Kubernetes objects.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddlkit import strategies
@@ -30,6 +31,11 @@ _QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[
 # A StorageClass name: a DNS subdomain (RFC 1123), at most 253 characters
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _SUBDOMAIN_RE = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+# A label's key: an optional DNS-subdomain prefix and '/', then a name of up to 63 characters;
+# its value: up to 63 characters, alphanumeric at both ends (or empty).
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY_RE = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
+_LABEL_VALUE_RE = re.compile(rf"({_LABEL_NAME})?")
 NAME_MOST = 50  # the Job name; its pods are <name>-<index> (host names of at most 63)
 
 
@@ -54,6 +60,9 @@ class JobPlan:
     collector: str | None = None  # host:port of a metrics collector the pods reach
     token_secret: str | None = None  # the Secret whose key "token" is the collector's token
     peer_wait: float = DEFAULT_PEER_WAIT  # s a pod waits for Pending peers (0: not at all)
+    pull_secret: str | None = None  # a Secret of type dockerconfigjson for a private registry
+    node_selector: tuple[tuple[str, str], ...] = ()  # node labels a pod must land on
+    shm: str | None = None  # a memory-backed /dev/shm of this size (the runtime's is 64 MiB)
 
     @property
     def pods(self) -> int:
@@ -131,6 +140,9 @@ def make_plan(
     collector: str | None = None,
     token_secret: str | None = None,
     peer_wait: float = DEFAULT_PEER_WAIT,
+    pull_secret: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    shm: str | None = None,
 ) -> JobPlan:
     """The checked plan (ConfigError for the first bad value, naming the fix)."""
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
@@ -181,6 +193,16 @@ def make_plan(
             f"peer_wait={peer_wait!r} is not a number of seconds >= 0. Fix: pass --peer-wait S "
             f"(how long a pod waits for Pending peers; 0: not at all), e.g. 600."
         )
+    if pull_secret is not None:
+        check_label("Secret", pull_secret)
+    selector = tuple(sorted((node_selector or {}).items()))
+    for key, value in selector:
+        if not _LABEL_KEY_RE.fullmatch(str(key)) or not _LABEL_VALUE_RE.fullmatch(str(value)):
+            raise ConfigError(
+                f"node selector {key}={value} is not a Kubernetes label. Fix: name a label "
+                f"your GPU nodes carry (kubectl get nodes --show-labels), e.g. "
+                f"nvidia.com/gpu.present=true."
+            )
     if storage_class is not None and not _SUBDOMAIN_RE.fullmatch(str(storage_class)):
         raise ConfigError(
             f"storage_class={storage_class!r} is not a StorageClass name (lowercase letters, "
@@ -205,4 +227,7 @@ def make_plan(
         collector=collector,
         token_secret=token_secret,
         peer_wait=float(peer_wait),
+        pull_secret=pull_secret,
+        node_selector=selector,
+        shm=None if shm is None else _quantity("shm", shm, "1Gi"),
     )

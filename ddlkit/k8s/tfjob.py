@@ -26,6 +26,7 @@ def replica(plan: JobPlan, replicas: int, restart: str, gpus: bool = True) -> di
                 # "tfjob-port": the port the operator writes into every TF_CONFIG
                 "containers": [objects.container(plan, command, gpus, "tfjob-port")],
                 "volumes": objects.volumes(plan),
+                **objects.pod_options(plan),
             },
         },
     }

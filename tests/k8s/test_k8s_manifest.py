@@ -209,6 +209,10 @@ def test_cli_writes_the_same_yaml_to_stdout_and_to_a_file(tmp_path):
         (["--image", IMAGE, "--memory", "lots", "t.py"], "resource quantity"),
         (["--image", IMAGE, "--collector", "h:1", "t.py"], "go together"),
         (["--image", IMAGE, "--storage-class", "Fast_SSD", "t.py"], "not a StorageClass name"),
+        (["--image", IMAGE, "--node-selector", "gpu", "t.py"], "is not KEY=VALUE"),
+        (["--image", IMAGE, "--node-selector", "a b=c", "t.py"], "is not a Kubernetes label"),
+        (["--image", IMAGE, "--shm", "lots", "t.py"], "resource quantity"),
+        (["--image", IMAGE, "--image-pull-secret", "Reg_Key", "t.py"], "DNS label"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, argv, words):
@@ -217,6 +221,41 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, argv, words)
     assert words in proc.stderr and "Fix:" in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _pod_specs(m) -> list[dict]:
+    """Every pod template's spec of a manifest, whichever its kind."""
+    top = m.to_dicts()[-1]
+    if top["kind"] == "Job":
+        return [top["spec"]["template"]["spec"]]
+    replicas = top["spec"].get("tfReplicaSpecs") or top["spec"]["mpiReplicaSpecs"]
+    return [r["template"]["spec"] for r in replicas.values()]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kind"),
+    [("multi_worker", "job"), ("parameter_server", "tfjob"), ("horovod", "mpijob")],
+)
+def test_a_real_clusters_registry_nodes_and_shared_memory_are_pod_fields(strategy, kind):
+    """The three things a real cluster most often needs changed, each a valid pod field."""
+    m = manifest("t.py", strategy=strategy, workers=2, ps=1 if strategy == "parameter_server"
+                 else 0, image=IMAGE, kind=kind, gpus=1, pull_secret="registry-key",
+                 node_selector={"nvidia.com/gpu.present": "true"}, shm="1Gi")  # fmt: skip
+    for spec in _pod_specs(m):
+        assert spec["imagePullSecrets"] == [{"name": "registry-key"}]
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in spec[
+            "volumes"
+        ]
+        (box,) = spec["containers"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in box["volumeMounts"]
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+                    "template": {"spec": spec}}  # fmt: skip
+        for version in VERSIONS:
+            _validate(template, version)
+    plain = _pod_specs(manifest("t.py", image=IMAGE))[0]
+    assert "imagePullSecrets" not in plain and "nodeSelector" not in plain
+    assert [v["name"] for v in plain["volumes"]] == ["checkpoints"]
 
 
 def test_bad_input_in_python_is_a_config_error():
