@@ -4,9 +4,9 @@ Building the image (``ddlkit.image.build``) takes minutes of mostly copying on a
 machine. The tests that run its containers come late in a full run (conftest.py puts the
 notebooks first), and notebook 11 a few minutes in, so the session starts the build at once
 at the lowest CPU priority: it takes the cores' idle moments while the suite waits on
-sockets and process starts. The tests' fixture and notebook 11 call the same build, which waits for this one under its lock and then finds
-the image up to date. The build runs in its own process group; the session ends it (and
-anything it started) if it is still running then.
+sockets and process starts. The tests' fixture and notebook 11 call the same build, which
+waits for this one under its lock and then finds the image up to date. The build runs in its
+own process group; the session ends it (and anything it started) if it is still running then.
 """
 
 from __future__ import annotations
