@@ -1,19 +1,17 @@
-"""Data where Spark holds it: MNIST as a Parquet table, and training on each task's own rows.
+"""Data where Spark holds it: MNIST as a Parquet table, and a partition's rows as arrays.
 
 - :func:`mnist_dataframe` / :func:`write_mnist_parquet`: MNIST's training images as a Spark
   DataFrame (``label INT, image BINARY``: 784 raw bytes) written as Parquet, one file per
   partition;
-- :func:`train_task`: the function of ``df.rdd.barrier().mapPartitions(...)``. Each task
-  decodes only the rows of its own partition (on its executor: nothing is collected to
-  the driver), builds TF_CONFIG from its barrier context and trains with
-  MultiWorkerMirroredStrategy on its rows, returning one report per task.
+- :func:`to_arrays`: a partition's rows as Keras arrays, decoded on the executor that holds
+  them (notebook 10's barrier stage; ``launch/spark/train_on_spark.py`` does the same for
+  ``spark-submit``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -48,54 +46,3 @@ def to_arrays(rows: Iterable) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros((0, *IMAGE_SHAPE), np.float32), np.zeros((0,), np.int64)
     x = np.stack(images).reshape(-1, *IMAGE_SHAPE).astype(np.float32) / 255.0
     return x, np.asarray(labels, dtype=np.int64)
-
-
-def train_task(steps: int = 5, batch: int = 32, lr: float = 1e-3, seed: int = 0):
-    """The barrier stage's function: MWMS on this task's own partition (see module doc)."""
-
-    def task(rows: Iterable) -> Iterator[str]:
-        from ddlkit import contract
-        from ddlkit.environments.spark import from_barrier_context
-
-        os.environ.update(contract.thread_env(1))
-        x, y = to_arrays(rows)  # this task's partition, read on its executor
-        spark = from_barrier_context()  # every task's address, through allGather
-        os.environ[contract.TF_CONFIG_VAR] = json.dumps(spark.tf_config())
-
-        import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
-
-        # isort: split
-        import tensorflow as tf
-
-        from ddlkit import models
-
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-
-        def dataset(ctx):  # no sharding: this worker's rows are already its own
-            ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed)
-            return ds.repeat().batch(batch)
-
-        with strategy.scope():
-            model = models.mnist_cnn(seed=seed)
-            models.compile_classifier(model, lr * strategy.num_replicas_in_sync)
-        data = strategy.distribute_datasets_from_function(dataset)
-        history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
-        total = tf.add_n([tf.reduce_sum(tf.cast(w, tf.float64)) for w in model.weights])
-        yield json.dumps(
-            {
-                "task": spark.rank,
-                "host": spark.host,
-                "examples": len(x),
-                "labels": np.bincount(y, minlength=10).tolist(),
-                "loss": float(history.history["loss"][-1]),
-                "weights_checksum": float(total.numpy()),
-            }
-        )
-
-    return task
-
-
-def train_on_partitions(df, workers: int, **kwargs) -> list[dict]:
-    """Run :func:`train_task` as a barrier stage over ``df``'s rows in ``workers`` partitions."""
-    rdd = df.repartition(workers).rdd  # a shuffle between executors, not via the driver
-    return [json.loads(r) for r in rdd.barrier().mapPartitions(train_task(**kwargs)).collect()]

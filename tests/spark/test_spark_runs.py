@@ -3,7 +3,8 @@
 MultiWorkerMirroredStrategy as a barrier stage, Horovod through ``horovod.spark.run``:
 each trains a few steps, both workers' records reach the collector, the workers end with
 identical weights; a worker killed mid-run fails the job fast, naming the task; more
-workers than free slots is refused; MNIST as Parquet trains on each task's own rows.
+workers than free slots is refused; MNIST as Parquet, and the spark-submit recipe
+(launch/spark/train_on_spark.py) training on each task's own rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from harness.procutil import alive, wait_until
 from harness.spark import refused
@@ -19,7 +21,7 @@ from harness.spark import refused
 from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import run as run_mod
 from ddlkit.procs import descendants
-from ddlkit.spark.data import train_on_partitions, write_mnist_parquet
+from ddlkit.spark.data import to_arrays, write_mnist_parquet
 from ddlkit.where import Spark
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
@@ -147,13 +149,74 @@ def test_the_clusters_jvms_start_lean(spark, spark_cluster):
     )
 
 
-def test_tasks_train_on_their_own_parquet_partitions(spark, tmp_path):
+def test_mnist_is_written_as_parquet_one_file_per_partition(spark, tmp_path):
+    """(Training on each task's own partitions: the spark-submit recipe's test below.)"""
     path = write_mnist_parquet(spark, tmp_path / "mnist.parquet", PARQUET_EXAMPLES, partitions=2)
     assert len(list((tmp_path / "mnist.parquet").glob("part-*.parquet"))) == 2
     df = spark.read.parquet(path)
     assert df.count() == PARQUET_EXAMPLES
-    reports = sorted(train_on_partitions(df, 2, steps=3, batch=16), key=lambda r: r["task"])
-    assert [r["task"] for r in reports] == [0, 1]
-    assert sum(r["examples"] for r in reports) == PARQUET_EXAMPLES  # every row, each on one task
-    assert all(0 < r["examples"] < PARQUET_EXAMPLES for r in reports)
-    assert reports[0]["weights_checksum"] == reports[1]["weights_checksum"]
+    x, y = to_arrays(df.limit(3).collect())
+    assert x.shape == (3, 28, 28, 1) and y.shape == (3,) and 0.0 <= x.min() <= x.max() <= 1.0
+
+
+def _mnist_parquet(path: Path, examples: int, files: int) -> None:
+    """MNIST's first rows as Parquet files (``label INT, image BINARY``), written without Spark:
+    the cluster's two slots stay free for the application under test."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ddlkit import data
+
+    (x, y), _ = data.load("mnist")
+    path.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(examples), files)):
+        table = pa.table({
+            "label": pa.array(y[rows], pa.int32()),
+            "image": pa.array([x[j].tobytes() for j in rows], pa.binary()),
+        })  # fmt: skip
+        pq.write_table(table, path / f"part-{i}.parquet")
+
+
+def test_the_spark_submit_recipe_trains_from_parquet_and_returns_every_tasks_result(
+    spark_cluster, data_env, tmp_path
+):
+    """launch/spark/train_on_spark.py as spark-submit runs it: the driver gets each task's
+    numbers and printed lines through collect(), with no disk shared with the executors
+    but the data's; dynamic allocation on is refused before any stage, with the fix."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ddlkit.spark.cluster import spark_home
+    from ddlkit.spark.driver import session_conf
+
+    data = tmp_path / "mnist.parquet"
+    _mnist_parquet(data, PARQUET_EXAMPLES, files=2)
+    conf = {**session_conf(spark_cluster.master_url, 2), "spark.pyspark.python": sys.executable}
+    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", spark_cluster.master_url]
+    for key, value in conf.items():
+        submit += ["--conf", f"{key}={value}"]
+    script = [str(LAUNCH / "spark" / "train_on_spark.py"), "--data", str(data), "--workers", "2",
+              "--steps", "3", "--batch-size", "16"]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [*submit, "--conf", "spark.dynamicAllocation.enabled=false", *script],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    lines = [x.removeprefix("RESULT ") for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    results = [json.loads(x) for x in lines]
+    assert [r["task"] for r in results] == [0, 1], done.stdout
+    assert sum(r["examples"] for r in results) == PARQUET_EXAMPLES  # every row, on one task
+    assert all(0 < r["examples"] < PARQUET_EXAMPLES for r in results)  # each its own part
+    assert results[0]["weights_checksum"] == pytest.approx(results[1]["weights_checksum"])
+    assert all(any("3/3" in line for line in r["printed"]) for r in results), results
+    refused = subprocess.run(
+        [*submit, "--conf", "spark.dynamicAllocation.enabled=true", *script],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    # spark-submit's PythonRunner merges the driver program's stderr into its stdout
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    assert "error: spark.dynamicAllocation.enabled is true" in refused.stdout
+    assert "Fix: spark-submit --conf spark.dynamicAllocation.enabled=false" in refused.stdout
