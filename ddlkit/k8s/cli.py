@@ -110,12 +110,10 @@ def _exec(args: argparse.Namespace) -> int:
 
     service = args.service or args.job
     argv_list = exec_argv(args.script, _script_args(args.script_args))
-    environ = dict(os.environ)
     env = worker_env(
-        environ, args.job, service, args.pods, args.ps, args.port, args.run_dir,
+        dict(os.environ), args.job, service, args.pods, args.ps, args.port, args.run_dir,
     )  # fmt: skip
-    if not peers_ready(environ, env, args.job, service, args.pods, args.ps, args.port,
-                       args.peer_wait):  # fmt: skip
+    if not peers_ready(env, args.peer_wait):
         return PEERS_PENDING
     return run(argv_list, env, args.ps)
 

@@ -17,13 +17,14 @@ checkpoint volume (:func:`ddlkit.environments.scheduled.serve_until_chief_report
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ddlkit.contract import RUN_DIR_VAR, WORKER_VAR
-from ddlkit.environments.kubernetes import TF_PORT, Kubernetes, pod_host
+from ddlkit.contract import RUN_DIR_VAR, TF_CONFIG_VAR, WORKER_VAR
+from ddlkit.environments.kubernetes import TF_PORT, Kubernetes
 from ddlkit.environments.scheduled import exec_task
 from ddlkit.k8s.peers import PeersPendingError, wait_for_peers
 
@@ -61,24 +62,19 @@ def run(argv_list: list[str], env: Mapping[str, str], ps: int) -> int:
     return exec_task("ddlkit.k8s", argv_list, env, ps)
 
 
-def peers_ready(
-    environ: Mapping[str, str],
-    env: Mapping[str, str],
-    job: str,
-    service: str,
-    pods: int,
-    ps: int,
-    port: int,
-    timeout: float,
-) -> bool:
-    """Wait up to ``timeout`` s for every other pod's name to resolve (0: do not wait).
+def peers_ready(env: Mapping[str, str], timeout: float) -> bool:
+    """Wait up to ``timeout`` s for every other task's host in ``env``'s TF_CONFIG to
+    resolve (0: do not wait).
 
     False, with one line on stderr naming the pods still Pending, when they do not.
     """
     if timeout <= 0:
         return True
-    me = Kubernetes.from_env(environ, job, service, pods, ps, port).pod
-    peers = [pod_host(job, service, i) for i in range(pods) if i != me.index]
+    config = json.loads(env[TF_CONFIG_VAR])
+    task = config["task"]
+    me = config["cluster"][task["type"]][task["index"]]
+    addresses = [a for tasks in config["cluster"].values() for a in tasks if a != me]
+    peers = [a.rpartition(":")[0] for a in addresses]
     name = env[WORKER_VAR]
     try:
         waited = wait_for_peers(name, peers, timeout)
