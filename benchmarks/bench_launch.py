@@ -8,9 +8,14 @@
    examples/s from step records; median ratio kit / by hand, goal >= 0.97). It replaced
    this script's earlier rate from worker 0's RESULT line, which included waiting for
    the other worker to start and so swung with start order.
+3. Warm start (``--warm``, ``ddlkit.launch.warm``): the same 2-worker job, short, started
+   warm and cold (``DDLKIT_WARM_START=0``) in alternating pairs; per start, the seconds to
+   the first step and the CPU-seconds of every process the job ran (``getrusage`` of this
+   process's children, taken when the job has ended). Prints each pair and the medians.
 
     .venv/bin/python benchmarks/bench_launch.py            # full
     .venv/bin/python benchmarks/bench_launch.py --quick    # a few minutes
+    .venv/bin/python benchmarks/bench_launch.py --warm     # only 3: about two minutes
 Prints one JSON object.
 """
 
@@ -19,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from ddlkit.bench.overhead import measure_overhead  # noqa: E402
 from ddlkit.launch import devices  # noqa: E402
 from ddlkit.launch import run as run_mod  # noqa: E402
+from ddlkit.launch.warm import WARM_VAR  # noqa: E402
 
 
 def first_step_seconds(workers: int, workdir: Path) -> float:
@@ -48,11 +56,44 @@ def first_step_seconds(workers: int, workdir: Path) -> float:
         run.wait(timeout=600)
 
 
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def warm_against_cold(pairs: int, workdir: Path) -> dict:
+    """Alternating warm and cold starts of a 2-worker job: seconds to first step, CPU-s."""
+    rows = []
+    for i in range(pairs):
+        row = {}
+        for mode in ("warm", "cold") if i % 2 == 0 else ("cold", "warm"):
+            os.environ[WARM_VAR] = "1" if mode == "warm" else "0"
+            before = children_cpu()
+            seconds = first_step_seconds(2, workdir)
+            row[mode] = {
+                "first_step_s": round(seconds, 2),
+                "cpu_s": round(children_cpu() - before, 2),
+            }
+        rows.append(row)
+    os.environ.pop(WARM_VAR, None)
+    med = {
+        mode: {k: statistics.median(r[mode][k] for r in rows) for k in ("first_step_s", "cpu_s")}
+        for mode in ("warm", "cold")
+    }
+    return {"pairs": rows, "median": med}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--warm", action="store_true", help="only warm start against cold")
     opts = parser.parse_args()
     pairs, steps = (2, 100) if opts.quick else (4, 250)
+    if opts.warm:
+        with tempfile.TemporaryDirectory(prefix="ddlkit-bench-") as tmp:
+            out = {"benchmark": "warm_start", **warm_against_cold(pairs + 2, Path(tmp))}
+        print(json.dumps({**out, "cores": len(os.sched_getaffinity(0)), "load": os.getloadavg()}))
+        return 0
     with tempfile.TemporaryDirectory(prefix="ddlkit-bench-") as tmp:
         work = Path(tmp)
         start = {n: first_step_seconds(n, work) for n in (1, 2)}

@@ -38,7 +38,9 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ddlkit.environments import for_worker
+from ddlkit.environments.base import Popen
 from ddlkit.errors import ConfigError
+from ddlkit.launch import warm
 from ddlkit.launch.spec import JobSpec, WorkerSpec
 from ddlkit.launch.spec import python_script as python_script  # re-exported
 
@@ -126,7 +128,9 @@ def signal_name(returncode: int | None) -> str | None:
 class WorkerProcess:
     """A started worker: its Popen, times, and whether the job asked it to stop."""
 
-    def __init__(self, spec: WorkerSpec, popen: subprocess.Popen, started_at: float) -> None:
+    def __init__(
+        self, spec: WorkerSpec, popen: subprocess.Popen | warm.Child, started_at: float
+    ) -> None:
         self.spec = spec
         self.popen = popen
         self.pid = popen.pid
@@ -150,6 +154,11 @@ class WorkerProcess:
         with self._lock:
             if self.popen.returncode is not None:
                 return self.popen.returncode
+            if isinstance(self.popen, warm.Child):  # its template killed its group and reaped it
+                code = self.popen.poll()
+                if code is not None and self.ended_at is None:
+                    self.ended_at = time.time()
+                return code
             try:
                 info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
@@ -219,12 +228,9 @@ def check_startable(job: JobSpec, envs: Mapping[str, Mapping[str, str]]) -> None
         for_worker(w).check_startable(w, envs[w.name])
 
 
-def _start_one(
-    spec: WorkerSpec, env: Mapping[str, str], parent_pid: int, base: Mapping[str, str]
-) -> WorkerProcess:
-    """Start one worker as its environment says (a remote one: ``env`` is what is set on its
-    host, and the local process is ssh, see :mod:`ddlkit.environments.ssh`)."""
-    how = for_worker(spec).popen(spec, env, base)
+def _start_one(spec: WorkerSpec, how: Popen, parent_pid: int) -> WorkerProcess:
+    """Start one worker as its environment says (``how``: for a remote one, the local ssh,
+    see :mod:`ddlkit.environments.ssh`)."""
     with open(spec.log_path, "wb", buffering=0) as log:
         started_at = time.time()
         popen = subprocess.Popen(
@@ -243,6 +249,36 @@ def _start_one(
         os.write(popen.stdin.fileno(), how.stdin)
         os.set_blocking(popen.stdin.fileno(), False)  # a stalled ssh never blocks a heartbeat
     return WorkerProcess(spec, popen, started_at)
+
+
+def _start_warm(
+    specs: Sequence[WorkerSpec], hows: Sequence[Popen], parent_pid: int, indices: Sequence[int]
+) -> dict[int, WorkerProcess]:
+    """Start ``specs`` from one warm-start template (:mod:`ddlkit.launch.warm`)."""
+    for spec in specs:
+        with open(spec.log_path, "wb"):
+            pass  # each child appends to its own, emptied here as a cold start's is
+    env = warm.shared_env([h.env for h in hows])
+    assert env is not None  # warm_groups chose these workers for it
+    cpus = None
+    if all(s.cpus is not None for s in specs):
+        cpus = tuple(sorted({c for s in specs for c in s.cpus or ()}))
+    started_at = time.time()
+    template = warm.Template.start(
+        hows[0].argv[0],
+        [
+            warm.Worker(tuple(h.argv), str(h.cwd), dict(h.env), str(s.log_path), s.cpus)
+            for s, h in zip(specs, hows, strict=True)
+        ],
+        env,
+        specs[0].log_path.parent / "warm-start.log",
+        _child_setup(parent_pid, cpus),
+        title=[str(specs[0].log_path.parent)],
+    )
+    return {
+        i: WorkerProcess(spec, warm.Child(template, pid), started_at)
+        for i, spec, pid in zip(indices, specs, template.pids, strict=True)
+    }
 
 
 def _kill_now(procs: Sequence[WorkerProcess]) -> None:
@@ -274,18 +310,31 @@ def start_workers(
         )
 
     def start_all() -> list[WorkerProcess]:
-        started: list[WorkerProcess] = []
+        started: dict[int, WorkerProcess] = {}
+        hows: list[Popen] = []
+        i = 0
         try:
             for w in workers:
-                started.append(_start_one(w, envs[w.name], parent_pid, base))
+                i = len(hows)
+                hows.append(for_worker(w).popen(w, envs[w.name], base))
+            local = [w.host is None and h.stdin is None for w, h in zip(workers, hows, strict=True)]
+            forked = warm.warm_groups(
+                [(h.argv, h.cwd, h.env, ok) for h, ok in zip(hows, local, strict=True)], os.environ
+            )
+            if forked:
+                i = forked[0]
+                specs = [workers[j] for j in forked]
+                started.update(_start_warm(specs, [hows[j] for j in forked], parent_pid, forked))
+            for i, w in enumerate(workers):
+                if i not in started:
+                    started[i] = _start_one(w, hows[i], parent_pid)
         except BaseException as exc:
-            _kill_now(started)
-            name = workers[len(started)].name
+            _kill_now(list(started.values()))
             raise ConfigError(
-                f"worker {name!r} could not be started ({exc}); no worker was left running. "
-                f"Fix: check its argv {list(workers[len(started)].argv)!r} and cwd."
+                f"worker {workers[i].name!r} could not be started ({exc}); no worker was left "
+                f"running. Fix: check its argv {list(workers[i].argv)!r} and cwd."
             ) from exc
-        return started
+        return [started[i] for i in range(len(workers))]
 
     def kill_when_started(future: Future[list[WorkerProcess]]) -> None:
         if future.exception() is None:
