@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ddlkit import settings
 from ddlkit.errors import ConfigError
-from ddlkit.image import podman
+from ddlkit.image import KIT_IMAGE, podman
 from ddlkit.locks import file_lock
 
 SUITE = "bookworm"
@@ -51,7 +51,7 @@ CONTEXT_LABEL = "io.ddlkit.context"  # the digest of what the image was built fr
 CONTEXT = ("Containerfile", "pyproject.toml", "README.md", "scripts", "ddlkit", "launch",
            "benchmarks", "notebooks")  # fmt: skip
 _SKIP = {"__pycache__", ".ipynb_checkpoints", "runs"}
-DEFAULT_TAG = "localhost/ddlkit:0.1.0"
+DEFAULT_TAG = KIT_IMAGE
 CONTAINERFILE = settings.REPO_ROOT / "Containerfile"
 BUILD_TIMEOUT = 3600.0  # a cold build with Horovod compiled in it takes minutes, not an hour
 

@@ -1,7 +1,7 @@
 """``ddlkit k8s manifest ...`` and ``python -m ddlkit.k8s exec ...``: thin argparse fronts.
 
     ddlkit k8s manifest --strategy multi_worker -n 2 --image IMAGE launch/train_multi_worker.py \
-        -- --epochs 3 > job.yaml
+        -- --epochs 3 > job.yaml       (IMAGE: default the kit's own, localhost/ddlkit:0.1.0)
     ddlkit k8s manifest --strategy parameter_server -n 2 --ps 1 --image IMAGE -o job.yaml \
         launch/train_parameter_server.py
     python -m ddlkit.k8s exec --job J --service J --pods 2 -- SCRIPT ARGS   (in each pod)
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ddlkit.environments.kubernetes import TF_PORT
 from ddlkit.errors import ConfigError
+from ddlkit.image import KIT_IMAGE, push_hint
 from ddlkit.k8s.peers import DEFAULT_PEER_WAIT
 from ddlkit.k8s.plan import KINDS, STRATEGIES
 
@@ -35,7 +36,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--strategy", choices=STRATEGIES, default="multi_worker")
     m.add_argument("-n", "--workers", type=int, default=2, help="training workers")
     m.add_argument("--ps", type=int, default=0, help="parameter servers (parameter_server)")
-    m.add_argument("--image", default="", help="container image with the kit and the script")
+    m.add_argument(
+        "--image",
+        default=KIT_IMAGE,
+        help=f"image with the kit and the script (default {KIT_IMAGE})",
+    )
     m.add_argument(
         "--kind", choices=KINDS, default="job", help="job: core API; tfjob: Kubeflow; mpijob: MPI"
     )
@@ -101,6 +106,9 @@ def _manifest(args: argparse.Namespace) -> int:
         sys.stdout.write(built.to_yaml())
     else:
         print(built.write(args.output), file=sys.stderr)
+    hint = push_hint(args.image)
+    if hint is not None:
+        print(f"note: {hint}", file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
+from ddlkit.image import KIT_IMAGE
 from ddlkit.k8s import mpijob, objects, tfjob
 from ddlkit.k8s.peers import DEFAULT_PEER_WAIT
 from ddlkit.k8s.plan import JobPlan, check_kind, make_plan
@@ -91,7 +92,7 @@ def manifest(
     *,
     strategy: str = "multi_worker",
     workers: int = 2,
-    image: str = "",
+    image: str = KIT_IMAGE,
     ps: int = 0,
     args: tuple[str, ...] | list[str] = (),
     kind: str = "job",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ddlkit import strategies
 from ddlkit.environments.kubernetes import TF_PORT, check_label
 from ddlkit.errors import ConfigError
+from ddlkit.image import KIT_IMAGE
 from ddlkit.k8s.peers import DEFAULT_PEER_WAIT
 
 STRATEGIES = ("multi_worker", "parameter_server", "horovod")
@@ -147,11 +148,9 @@ def make_plan(
     """The checked plan (ConfigError for the first bad value, naming the fix)."""
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
         raise ConfigError(
-            f"no container image given (image={image!r}). Fix: pass --image (image=) with an "
-            f"image that holds the kit and your script: `make image` builds the kit's "
-            f"(localhost/ddlkit:0.1.0); push it where the cluster pulls from (podman tag "
-            f"localhost/ddlkit:0.1.0 REGISTRY/ddlkit:0.1.0 && podman push REGISTRY/ddlkit:0.1.0)"
-            f" and pass --image REGISTRY/ddlkit:0.1.0."
+            f"image={image!r} is not an image name. Fix: leave --image (image=) out for the "
+            f"kit's own, {KIT_IMAGE} (`make image` builds it), or pass an image that holds the "
+            f"kit and your script, e.g. REGISTRY/ddlkit:0.1.0."
         )
     if strategy not in STRATEGIES:
         raise ConfigError(

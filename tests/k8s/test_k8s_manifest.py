@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from ddlkit.errors import ConfigError
+from ddlkit.image import KIT_IMAGE
 from ddlkit.k8s import manifest
 from ddlkit.k8s.objects import JOB_LABEL
 
@@ -200,7 +201,7 @@ def test_cli_writes_the_same_yaml_to_stdout_and_to_a_file(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["-n", "2", "t.py"], "no container image"),
+        (["-n", "2", "--image", " ", "t.py"], "is not an image name"),
         (["-n", "0", "--image", IMAGE, "t.py"], "workers=0"),
         (["-n", "-1", "--image", IMAGE, "t.py"], "workers=-1"),
         (["--strategy", "parameter_server", "--image", IMAGE, "t.py"], "ps=0"),
@@ -221,6 +222,18 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, argv, words)
     assert words in proc.stderr and "Fix:" in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_kits_own_image_is_the_default_and_the_cli_says_how_to_push_it(tmp_path):
+    (box,) = _by_kind(manifest("t.py"))["Job"]["spec"]["template"]["spec"]["containers"]
+    assert box["image"] == KIT_IMAGE == "localhost/ddlkit:0.1.0"  # what `make image` tags
+    out = _cli("t.py", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"image: {KIT_IMAGE}" in out.stdout
+    note = "podman tag localhost/ddlkit:0.1.0 REGISTRY/ddlkit:0.1.0 && podman push"
+    assert note in out.stderr and "--image REGISTRY/ddlkit:0.1.0" in out.stderr
+    pushed = _cli("--image", IMAGE, "t.py", cwd=tmp_path)
+    assert pushed.returncode == 0 and pushed.stderr == ""  # a registry's image: no note
 
 
 def _pod_specs(m) -> list[dict]:
@@ -259,8 +272,8 @@ def test_a_real_clusters_registry_nodes_and_shared_memory_are_pod_fields(strateg
 
 
 def test_bad_input_in_python_is_a_config_error():
-    with pytest.raises(ConfigError, match="no container image"):
-        manifest("t.py", workers=2)
+    with pytest.raises(ConfigError, match="is not an image name"):
+        manifest("t.py", workers=2, image="")
     with pytest.raises(ConfigError, match="kind 'helm' is unknown"):
         manifest("t.py", image=IMAGE, kind="helm")
 
