@@ -189,9 +189,13 @@ class Slurm(Where):
 @dataclass(frozen=True)
 class Spark(Where):
     """The tasks of a Spark barrier stage (multi_worker) or of ``horovod.spark.run``
-    (horovod) on ``master``: ``spark://HOST:PORT``, ``local[N]``, ``yarn``."""
+    (horovod) on ``master``: ``spark://HOST:PORT``, ``local[N]``, ``yarn``.
+    ``collector_host``: this machine's address that the executors reach, for live metrics
+    (``"auto"``: the one towards a ``spark://HOST`` master; a token is made); default:
+    loopback, which only a master on this machine's loopback can use."""
 
     master: str = ""
+    collector_host: str | None = None
 
     kind = "Spark"
     environment = "environments.spark.Spark"
@@ -242,7 +246,13 @@ def from_keywords(given: dict[str, Any]) -> Where:
                 "hosts were given with engine='spark': Spark places the workers. "
                 "Fix: drop hosts (-H/--hostfile), or use where=dk.where.Hosts(...)."
             )
-        return Spark(given.get("master") or "")
+        placed = sorted(k for k in given if k not in ("engine", "master", "collector_host"))
+        if placed:
+            raise ConfigError(
+                f"{', '.join(placed)} given with engine='spark': Spark places and starts the "
+                f"workers. Fix: drop them (for Spark: master and collector_host)."
+            )
+        return Spark(given.get("master") or "", given.get("collector_host"))
     if remote:
         if given.get("cores") is not None:
             raise ConfigError(
@@ -264,7 +274,8 @@ def replacement(given: dict[str, Any]) -> str:
     """How to say the old keywords with ``where=`` (for the deprecation message)."""
     where = from_keywords(given)
     if isinstance(where, Spark):
-        return f"where=dk.where.Spark({where.master!r})"
+        more = "" if where.collector_host is None else f", collector_host={where.collector_host!r}"
+        return f"where=dk.where.Spark({where.master!r}{more})"
     names = [f.name for f in fields(where)]
     args = ", ".join(f"{k}={given[k]!r}" for k in names if k in given)
     return f"where=dk.where.{type(where).__name__}({args})"

@@ -1,4 +1,5 @@
-"""A real Spark standalone cluster on this machine: one master and N workers on loopback.
+"""A real Spark standalone cluster on this machine: one master and N workers on loopback
+(or, as root, each worker on a namespaced host: ``local_cluster(hosts=...)``).
 
 pip's pyspark ships ``bin/spark-class`` but no ``sbin/start-*.sh``, so each daemon is
 started as Spark's own scripts would::
@@ -23,14 +24,19 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddlkit import contract
 from ddlkit._tables import html_table
 from ddlkit.cluster.ports import free_ports
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.launch.spec import WorkerSpec
+
+if TYPE_CHECKING:
+    from ddlkit.hosts.netns import NetnsHost
 
 # Spark 3.5 runs on Java 8, 11 or 17; the kit installs Debian's 17, which Spark 4 needs too.
 JAVA_PACKAGE = "openjdk-17-jre-headless"
@@ -194,12 +200,22 @@ def find(master_url: str) -> LocalCluster | None:
 
 
 def daemon_specs(
-    workers: int, cores_per_worker: int, memory: str, work_dir: Path, ports: list[int]
+    workers: int,
+    cores_per_worker: int,
+    memory: str,
+    work_dir: Path,
+    ports: list[int],
+    hosts: Sequence[NetnsHost] = (),
 ) -> list[WorkerSpec]:
-    """The master's and each worker's command (pure; ``ports``: 2 + workers free ports)."""
+    """The master's and each worker's command (pure; ``ports``: 2 + workers free ports).
+
+    With ``hosts`` (namespaced hosts, one per worker), each worker runs inside its host's
+    namespace on the host's address, and the master on the hosts' gateway, this machine's
+    address on their network; else all on 127.0.0.1."""
     spark_class = str(spark_home() / "bin" / "spark-class")
     master_port, ui_port, *worker_ui = ports
-    master_url = f"spark://127.0.0.1:{master_port}"
+    master_host = hosts[0].gateway if hosts else "127.0.0.1"
+    master_url = f"spark://{master_host}:{master_port}"
     specs = [
         WorkerSpec(
             name="spark-master",
@@ -207,37 +223,38 @@ def daemon_specs(
                 spark_class,
                 MASTER_CLASS,
                 "--host",
-                "127.0.0.1",
+                master_host,
                 "--port",
                 str(master_port),
                 "--webui-port",
                 str(ui_port),
             ),
-            env={},
+            env={"SPARK_LOCAL_IP": master_host},
             cwd=work_dir,
             log_path=contract.log_path(work_dir, "spark-master"),
         )
     ]
     for i in range(workers):
+        argv = (
+            spark_class,
+            WORKER_CLASS,
+            master_url,
+            "--host",
+            hosts[i].address if hosts else "127.0.0.1",
+            "--cores",
+            str(cores_per_worker),
+            "--memory",
+            memory,
+            "--webui-port",
+            str(worker_ui[i]),
+            "--work-dir",
+            str(work_dir / f"worker-{i}"),
+        )
         specs.append(
             WorkerSpec(
                 name=f"spark-worker-{i}",
-                argv=(
-                    spark_class,
-                    WORKER_CLASS,
-                    master_url,
-                    "--host",
-                    "127.0.0.1",
-                    "--cores",
-                    str(cores_per_worker),
-                    "--memory",
-                    memory,
-                    "--webui-port",
-                    str(worker_ui[i]),
-                    "--work-dir",
-                    str(work_dir / f"worker-{i}"),
-                ),
-                env={},
+                argv=tuple(hosts[i].exec_argv(argv)) if hosts else argv,
+                env={"SPARK_LOCAL_IP": hosts[i].address if hosts else "127.0.0.1"},
                 cwd=work_dir,
                 log_path=contract.log_path(work_dir, f"spark-worker-{i}"),
             )
@@ -251,10 +268,22 @@ def local_cluster(
     memory_per_worker: str = "2g",
     work_dir: str | Path | None = None,
     timeout: float = START_TIMEOUT,
+    hosts: Sequence[NetnsHost] = (),
 ) -> LocalCluster:
     """Start a standalone master and ``workers`` workers on 127.0.0.1 (free ports); wait
     until every worker has registered. ConfigError (nothing started) without Java or
-    pyspark; DdlkitError with the daemons' log tails if they do not come up."""
+    pyspark; DdlkitError with the daemons' log tails if they do not come up.
+
+    ``hosts``: namespaced hosts (``ddlkit.hosts.netns.namespaced_hosts``, root), one worker
+    on each, the master on their gateway: executors then run on other hosts as on a real
+    cluster, reaching the driver and a collector only through this machine's address on
+    their network."""
+    hosts = tuple(hosts)
+    if hosts and workers != len(hosts):
+        raise ConfigError(
+            f"workers={workers!r} but {len(hosts)} hosts: one worker runs on each host. "
+            f"Fix: workers={len(hosts)}."
+        )
     if type(workers) is not int or workers < 1:
         raise ConfigError(f"workers={workers!r}: a cluster needs at least one. Fix: workers=2.")
     if type(cores_per_worker) is not int or cores_per_worker < 1:
@@ -266,18 +295,19 @@ def local_cluster(
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="ddlkit-spark-")) if owned else Path(work_dir)
     contract.logs_dir(root).mkdir(parents=True, exist_ok=True)
-    ports = free_ports(2 + workers, "127.0.0.1")
-    specs = daemon_specs(workers, cores_per_worker, memory_per_worker, root, ports)
+    master_host = hosts[0].gateway if hosts else "127.0.0.1"
+    ports = free_ports(2 + workers, master_host)
+    specs = daemon_specs(workers, cores_per_worker, memory_per_worker, root, ports, hosts)
     info = ClusterInfo(
-        f"spark://127.0.0.1:{ports[0]}",
-        f"http://127.0.0.1:{ports[1]}",
+        f"spark://{master_host}:{ports[0]}",
+        f"http://{master_host}:{ports[1]}",
         workers,
         cores_per_worker,
         memory_per_worker,
     )
     from ddlkit.launch.process import start_workers
 
-    procs = start_workers(specs, {s.name: env for s in specs})
+    procs = start_workers(specs, {s.name: {**env, **s.env} for s in specs})
     cluster = LocalCluster(info, procs, root, owned)
     _CLUSTERS[info.master_url] = cluster
     try:

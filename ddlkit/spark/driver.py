@@ -15,7 +15,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ddlkit import backend, contract, strategies
 from ddlkit.launch.remote import FORWARDED
@@ -64,6 +64,20 @@ def session_conf(master: str, workers: int) -> dict[str, str]:
     return conf
 
 
+def driver_host_conf(master: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """``spark.driver.host`` for a ``spark://HOST`` master elsewhere: this machine's address
+    towards HOST, the one its executors reach the driver by, unless ``SPARK_LOCAL_IP`` says
+    otherwise. Left to itself, Spark takes the host name's address and, where that is
+    loopback (Debian's /etc/hosts), the first other interface's, which on a machine with
+    several networks may be one the executors cannot reach."""
+    found = re.match(r"^spark://([^:/\s]+):\d+$", master)
+    if found is None or LOOPBACK_MASTER.match(master) or environ.get("SPARK_LOCAL_IP"):
+        return {}
+    from ddlkit.launch.remote import address_towards
+
+    return {"spark.driver.host": address_towards([found.group(1)])}
+
+
 def horovod_nics(master: str) -> list[str] | None:
     """The network interfaces Horovod's ranks use: ``lo`` when every executor runs here on
     loopback (``local[N]``, ``spark://127.x``). Left to itself, horovod.spark.run has every
@@ -109,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     builder = SparkSession.builder.master(args.master).appName(f"ddlkit {args.app_name}")
-    for key, value in session_conf(args.master, args.workers).items():
+    conf = session_conf(args.master, args.workers)
+    conf.update(driver_host_conf(args.master, os.environ))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -11,9 +11,9 @@ from harness.spark import refused
 from ddlkit.cluster.ports import _pick_ports
 from ddlkit.errors import ConfigError
 from ddlkit.spark.cluster import find_java
-from ddlkit.spark.driver import failure_report, session_conf
+from ddlkit.spark.driver import driver_host_conf, failure_report, session_conf
 from ddlkit.spark.submit import master_slots
-from ddlkit.where import from_keywords
+from ddlkit.where import Spark, from_keywords
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 SCRIPT = LAUNCH / "train_multi_worker.py"
@@ -90,12 +90,23 @@ def test_other_bad_input(tmp_path, kwargs, says):
     [
         ({"master": "local[2]", "engine": "flink"}, "engine='flink' is not one ddlkit knows"),
         ({"master": "local[2]", "engine": "local"}, "where=dk.where.Spark('local[2]')"),
+        ({"master": "local[2]", "engine": "spark", "cores": (0,)}, "cores given with engine="),
+        ({"master": "yarn", "engine": "spark", "python": "/opt/py"}, "python given with engine="),
     ],
 )
 def test_the_old_engine_keyword_refuses_what_it_cannot_say(given, says):
     with pytest.raises(ConfigError) as err:
         from_keywords(given)
     assert says in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_the_engine_keyword_passes_the_collector_host_on_to_spark():
+    # `ddlkit launch --engine spark --master M --collector-host auto` as the CLI says it
+    where = from_keywords(
+        {"engine": "spark", "master": "spark://n1:7077", "collector_host": "auto"}
+    )
+    assert where == Spark("spark://n1:7077", collector_host="auto")
+    assert from_keywords({"engine": "spark", "master": "yarn"}).collector_host is None
 
 
 def test_slots_of_master_forms():
@@ -128,6 +139,16 @@ def test_session_settings_fail_fast_and_stay_on_loopback():
     assert conf["spark.task.maxFailures"] == "1" and conf["spark.cores.max"] == "2"
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert "spark.driver.host" not in session_conf("spark://master.example:7077", 2)
+
+
+def test_a_driver_for_a_master_elsewhere_names_its_address_towards_the_master():
+    from ddlkit.launch.remote import address_towards
+
+    master = "spark://127.0.0.9:7077"  # not the loopback master a local cluster has
+    assert driver_host_conf(master, {}) == {"spark.driver.host": address_towards(["127.0.0.9"])}
+    assert driver_host_conf(master, {"SPARK_LOCAL_IP": "127.0.0.9"}) == {}  # the user's word
+    assert driver_host_conf("spark://127.0.0.1:7077", {}) == {}  # session_conf's loopback
+    assert driver_host_conf("yarn", {}) == driver_host_conf("local[2]", {}) == {}
 
 
 def test_jvms_on_this_machine_run_lean_and_the_users_java_options_come_last(monkeypatch):
