@@ -53,6 +53,7 @@ class Environment:
     name: ClassVar[str]
     creates_processes_externally: ClassVar[bool] = False
     pins_cores: ClassVar[bool] = False  # this machine's cores and GPUs are the worker's
+    forks_here: ClassVar[bool] = False  # the launcher forks the worker itself, on this machine
     heartbeat: ClassVar[bool] = False  # the job writes a heartbeat byte to its stdin
     host: str | None = None  # the host it runs on, None: this machine
 

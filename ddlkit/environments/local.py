@@ -16,6 +16,7 @@ from ddlkit.launch.spec import WorkerSpec, python_script, worker_env
 class Local(Environment):
     name = "local"
     pins_cores = True
+    forks_here = True  # so a warm start may fork it from a template (ddlkit.launch.warm)
 
     def worker_env(
         self, worker: WorkerSpec, run_dir: Path | str, base: Mapping[str, str]

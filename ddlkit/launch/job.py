@@ -335,7 +335,10 @@ class Job:
         if expendable and all(p.returncode not in (None, 0) for p in expendable):
             fatal += [p for p in failed if p.spec.expendable]  # none left to go on with
         if fatal and self._failure is None and not self._stop_asked:
-            self._failure = self._failure_error(fatal[0])
+            # The cause, of several that ended since the last check: one killed on purpose,
+            # else the first to end (a peer of a dead worker fails soon after it).
+            cause = min(fatal, key=lambda p: (p.killed_by is None, p.ended_at or time.time()))
+            self._failure = self._failure_error(cause)
             self._stop_workers(self.grace)
             return
         mains = [p for p in self._procs.values() if not p.spec.service]

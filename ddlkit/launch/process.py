@@ -157,7 +157,7 @@ class WorkerProcess:
             if isinstance(self.popen, warm.Child):  # its template killed its group and reaped it
                 code = self.popen.poll()
                 if code is not None and self.ended_at is None:
-                    self.ended_at = time.time()
+                    self.ended_at = self.popen.template.ended_at.get(self.pid, time.time())
                 return code
             try:
                 info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -317,7 +317,10 @@ def start_workers(
             for w in workers:
                 i = len(hows)
                 hows.append(for_worker(w).popen(w, envs[w.name], base))
-            local = [w.host is None and h.stdin is None for w, h in zip(workers, hows, strict=True)]
+            local = [
+                for_worker(w).forks_here and h.stdin is None
+                for w, h in zip(workers, hows, strict=True)
+            ]
             forked = warm.warm_groups(
                 [(h.argv, h.cwd, h.env, ok) for h, ok in zip(hows, local, strict=True)], os.environ
             )

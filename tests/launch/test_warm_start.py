@@ -1,4 +1,5 @@
-"""Warm start (ddlkit.launch.warm): workers forked from one process that imported TensorFlow.
+"""Warm start (ddlkit.launch.warm, .template): workers forked from one process that imported
+TensorFlow.
 
 The pure rules first (who starts warm), then real templates and workers: each child must be
 the process ``python script.py`` would have been, end as it would, and leave nothing.
@@ -75,7 +76,7 @@ def test_the_template_reserves_room_for_the_longest_command_line():
         warm.Worker((PY, "b.py", "x" * 300), "/", {}, "/l", None),
     ]
     argv = warm.template_argv(PY, ws)
-    assert argv[:3] == [PY, "-m", "ddlkit.launch.warm"]
+    assert argv[:3] == [PY, "-m", "ddlkit.launch.template"]
     assert sum(len(a) + 1 for a in argv) >= len(PY) + len("b.py") + 300 + 3
 
 
@@ -171,7 +172,7 @@ def test_exit_statuses_and_tracebacks_are_the_interpreters(tmp_path):
     assert _wait(procs) == [1, 1]
     raised = procs[0].spec.log_path.read_text()
     assert "ValueError: boom from the script" in raised and "live line" in raised
-    assert str(script) in raised and "warm.py" not in raised and "runpy" not in raised
+    assert str(script) in raised and "template.py" not in raised and "runpy" not in raised
     assert procs[1].spec.log_path.read_text().splitlines()[-1] == "a message to stderr"
 
 
@@ -250,7 +251,7 @@ def test_a_template_that_cannot_start_is_one_error_and_nothing_runs(tmp_path, mo
     (fake / "launch").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "launch" / "__init__.py").write_text("")
-    (fake / "launch" / "warm.py").write_text("raise SystemExit('no template here')\n")
+    (fake / "launch" / "template.py").write_text("raise SystemExit('no template here')\n")
     run_dir = specs[0].log_path.parent
     envs = {s.name: {**worker_env(s, run_dir), "PYTHONPATH": str(fake.parent)} for s in specs}
     t0 = time.monotonic()
