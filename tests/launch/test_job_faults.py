@@ -115,6 +115,8 @@ def test_worker_killed_from_outside_tears_the_job_down(tmp_path, marker):
     job = Job.start(job_spec(tmp_path, {"victim": SLEEPER, "parent": PARENT}, marker))
     # the victim, the parent worker and its grandchild all carry the marker
     assert wait_until(lambda: len(marked_pids(marker)) == 3, 10)
+    victim_log = job.spec.worker("victim").log_path  # running is not printing yet: wait for it
+    assert wait_until(lambda: f"up {marker}" in victim_log.read_text(), 10)
     os.kill(job.pids["victim"], signal.SIGKILL)
     t0 = time.monotonic()
     with pytest.raises(WorkerFailedError) as info:
