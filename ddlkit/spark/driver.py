@@ -34,6 +34,7 @@ START_TIMEOUT = 60
 _TASK_FAILED = re.compile(r"TaskFailed: (.*?)(?:\n\s*at |\n\tat |\nDriver stacktrace|\Z)", re.S)
 _STAGE = re.compile(r"(Job aborted due to stage failure: [^\n]*|Could not recover[^\n]*)")
 LOOPBACK_MASTER = re.compile(r"^(local(\[.*\])?|spark://(127\.0\.0\.1|localhost)(:\d+)?)$")
+SPARK_MASTER = re.compile(r"^spark://([^:/\s]+):(\d+)$")
 
 
 def session_conf(master: str, workers: int) -> dict[str, str]:
@@ -64,18 +65,25 @@ def session_conf(master: str, workers: int) -> dict[str, str]:
     return conf
 
 
+def remote_master_host(master: str) -> str | None:
+    """The HOST of a ``spark://HOST:PORT`` master not on this machine's loopback (pure);
+    None for any other master."""
+    found = SPARK_MASTER.match(master)
+    return None if found is None or LOOPBACK_MASTER.match(master) else found.group(1)
+
+
 def driver_host_conf(master: str, environ: Mapping[str, str]) -> dict[str, str]:
     """``spark.driver.host`` for a ``spark://HOST`` master elsewhere: this machine's address
     towards HOST, the one its executors reach the driver by, unless ``SPARK_LOCAL_IP`` says
     otherwise. Left to itself, Spark takes the host name's address and, where that is
     loopback (Debian's /etc/hosts), the first other interface's, which on a machine with
     several networks may be one the executors cannot reach."""
-    found = re.match(r"^spark://([^:/\s]+):\d+$", master)
-    if found is None or LOOPBACK_MASTER.match(master) or environ.get("SPARK_LOCAL_IP"):
+    host = remote_master_host(master)
+    if host is None or environ.get("SPARK_LOCAL_IP"):
         return {}
     from ddlkit.launch.remote import address_towards
 
-    return {"spark.driver.host": address_towards([found.group(1)])}
+    return {"spark.driver.host": address_towards([host])}
 
 
 def horovod_nics(master: str) -> list[str] | None:

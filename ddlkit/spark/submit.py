@@ -32,12 +32,13 @@ from ddlkit.spark.driver import (
     BARRIER_CHECK_FAILURES,
     BARRIER_CHECK_INTERVAL,
     LOOPBACK_MASTER,
+    SPARK_MASTER,
     START_TIMEOUT,
+    remote_master_host,
 )
 
 STRATEGIES = ("multi_worker", "horovod")
 STANDALONE_UI_PORT = 8080  # Spark standalone's default web UI port
-_SPARK = re.compile(r"^spark://([^:/\s]+):(\d+)$")
 _LOCAL = re.compile(r"^local(?:\[(\d+|\*)(?:,\d+)?\])?$")
 FORMS = "spark://HOST:PORT, local[N], yarn or k8s://https://HOST:PORT"
 
@@ -56,7 +57,7 @@ def master_slots(master: str, timeout: float = 2.0) -> int | None:
         return 1 if n is None else (os.cpu_count() or 1) if n == "*" else int(n)
     if master == "yarn" or master.startswith("k8s://"):
         return None
-    found = _SPARK.match(master)
+    found = SPARK_MASTER.match(master)
     if not found:
         raise ConfigError(f"master URL {master!r} is not one Spark knows. Fix: use {FORMS}.")
     host, port = found.group(1), int(found.group(2))
@@ -150,12 +151,12 @@ def collector_check(master: str, bind: str | None, advertise: str | None) -> Non
 def collector_host_for(master: str, collector_host: str | None) -> str | None:
     """``collector_host='auto'`` for a ``spark://HOST`` master: this machine's address
     towards HOST (launch's own 'auto' knows only the hosts it was given)."""
-    found = _SPARK.match(master)
-    if collector_host != "auto" or found is None or LOOPBACK_MASTER.match(master):
+    host = remote_master_host(master)
+    if collector_host != "auto" or host is None:
         return collector_host
     from ddlkit.launch.remote import address_towards
 
-    return address_towards([found.group(1)])
+    return address_towards([host])
 
 
 def driver_spec(config, master: str, run_id: str, run_dir: Path, extra_env: dict) -> JobSpec:
