@@ -78,12 +78,12 @@ def driver_host_conf(master: str, environ: Mapping[str, str]) -> dict[str, str]:
     otherwise. Left to itself, Spark takes the host name's address and, where that is
     loopback (Debian's /etc/hosts), the first other interface's, which on a machine with
     several networks may be one the executors cannot reach."""
-    host = remote_master_host(master)
-    if host is None or environ.get("SPARK_LOCAL_IP"):
+    remote = remote_master_host(master)
+    if remote is None or environ.get("SPARK_LOCAL_IP"):
         return {}
     from ddlkit.launch.remote import address_towards
 
-    return {"spark.driver.host": address_towards([host])}
+    return {"spark.driver.host": address_towards([remote])}
 
 
 def horovod_nics(master: str) -> list[str] | None:

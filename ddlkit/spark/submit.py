@@ -151,12 +151,12 @@ def collector_check(master: str, bind: str | None, advertise: str | None) -> Non
 def collector_host_for(master: str, collector_host: str | None) -> str | None:
     """``collector_host='auto'`` for a ``spark://HOST`` master: this machine's address
     towards HOST (launch's own 'auto' knows only the hosts it was given)."""
-    host = remote_master_host(master)
-    if collector_host != "auto" or host is None:
+    remote = remote_master_host(master)
+    if collector_host != "auto" or remote is None:
         return collector_host
     from ddlkit.launch.remote import address_towards
 
-    return address_towards([host])
+    return address_towards([remote])
 
 
 def driver_spec(config, master: str, run_id: str, run_dir: Path, extra_env: dict) -> JobSpec:
