@@ -81,6 +81,12 @@ _ALLREDUCE = """
     out["mpi"] = bool(hvd.mpi_enabled())
     tasks = os.listdir("/proc/self/task")
     out["idle"] = [t for t in tasks if os.sched_getscheduler(int(t)) == os.SCHED_IDLE]
+    if len(sys.argv) > 2:  # CPU this rank uses while it waits for nothing (Horovod's threads)
+        import time
+        hvd.allreduce(tf.constant(1.0))
+        start, cpu = time.monotonic(), time.process_time()
+        time.sleep(float(sys.argv[2]))
+        out["waiting"] = (time.process_time() - cpu) / (time.monotonic() - start)
     with open(sys.argv[1] + f"/rank-{hvd.rank()}.json", "w") as f:
         json.dump(out, f)
     hvd.shutdown()  # ends Horovod's background thread, which writes out the timeline
@@ -481,10 +487,13 @@ def test_horovodrun_mpi_when_horovod_is_built_with_mpi(horovodrun, tmp_path):
             "install openmpi-bin and libopenmpi-dev, then scripts/build-horovod.sh --mpi"
         )
     script = _write(tmp_path, "allreduce.py", _ALLREDUCE)
-    proc = _horovodrun(horovodrun, script, str(tmp_path), transport="--mpi")
+    proc = _horovodrun(horovodrun, script, str(tmp_path), "3", transport="--mpi")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in (0, 1):
         out = json.loads((tmp_path / f"rank-{rank}.json").read_text())
         assert out["rank"] == rank and out["mpi"] is True, out
+        # Idle, neither rank spins in MPI waiting for the other's cycle to start (the kit's
+        # Horovod patch, edit 5): unpatched, one of the two used 0.9-1.0 of a core here.
+        assert out["waiting"] < 0.25, out["waiting"]
         assert out["worker"] == f"rank-{rank}"  # named from OpenMPI's rank variable
         assert all(v == [3] for k, v in out.items() if k.startswith("sum-"))

@@ -219,12 +219,61 @@ def test_the_keras_state_builds_its_optimizer_before_it_saves_or_syncs():
         patch.patch_keras_state(ELASTIC.replace("        self._save_model()\n", ""))
 
 
+# The part of Horovod 0.28.1's horovod/common/operations.cc (RunLoopOnce) the patch edits.
+OPERATIONS = """bool RunLoopOnce(HorovodGlobalState& state) {
+  auto start_time = std::chrono::steady_clock::now();
+  auto sleep_duration = state.last_cycle_start +
+                        std::chrono::microseconds(long(
+                            state.parameter_manager.CycleTimeMs() * 1000.)) -
+                        start_time;
+  if (sleep_duration > std::chrono::steady_clock::duration::zero()) {
+    std::this_thread::sleep_for(sleep_duration);
+  }
+  state.last_cycle_start = std::chrono::steady_clock::now();
+  for (auto process_set_id : state.process_set_table.Ids()) {
+    auto response_list =
+        process_set.IsCurrentProcessIncluded()
+            ? process_set.controller->ComputeResponseList(
+                  this_process_requested_shutdown, state, process_set)
+            : ResponseList();
+
+    if (process_set_id == 0) {
+      state.mark_cycles_in_timeline =
+          state.timeline_controller.MarkCyclesInTimelinePending();
+    }
+    PerformOperation(response, process_set);
+  }
+}
+"""
+
+
+def test_each_ranks_next_cycle_is_timed_from_the_end_of_the_coordination():
+    text = patch.patch_cycle_start(OPERATIONS)
+    reset = "        state.last_cycle_start = std::chrono::steady_clock::now();\n"
+    assert text.count("state.last_cycle_start = std::chrono::steady_clock::now();") == 2
+    # after the ranks' collective, for the global process set only, before the work
+    assert text.index("ComputeResponseList(") < text.index(reset) < text.index("PerformOperation")
+    assert text.rindex("if (process_set_id == 0) {", 0, text.index(reset)) > text.index(
+        "ComputeResponseList("
+    )
+    assert text.count("{") == text.count("}")
+    # over MPI only, where a waiting rank polls; Gloo's cycles are timed as before
+    guard = "      if (state.control_operation == LibType::MPI) {\n"
+    assert text.index("#if HAVE_MPI") < text.index(guard) < text.index(reset)
+    assert text.index(reset) < text.index("#endif // HAVE_MPI")
+    with pytest.raises(patch.PatchError, match="already patched"):
+        patch.patch_cycle_start(text)
+    with pytest.raises(patch.PatchError, match="cycle mark once, found it 0 times"):
+        patch.patch_cycle_start(OPERATIONS.replace("MarkCyclesInTimelinePending", "Other"))
+
+
 def _source_tree(root: Path) -> None:
     files = {
         patch.UTIL: UTIL,
         patch.TF_UTIL: TF_UTIL,
         patch.TF_INIT: TAPE,
         patch.TF_ELASTIC: ELASTIC,
+        patch.OPERATIONS: OPERATIONS,
         **{name: KERAS for name in patch.KERAS_FILES},
     }
     for name, text in files.items():
@@ -241,6 +290,7 @@ def test_main_edits_the_files_in_place_and_exits_1_with_the_reason(tmp_path, cap
     assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_UTIL).read_text()
     assert patch.SUBGRAPH_MARKER in (tmp_path / patch.TF_INIT).read_text()
     assert patch.STATE_MARKER in (tmp_path / patch.TF_ELASTIC).read_text()
+    assert patch.CYCLE_MARKER in (tmp_path / patch.OPERATIONS).read_text()
     assert patch.main([str(tmp_path)]) == 1
     assert "already patched" in capsys.readouterr().err
     assert patch.main([str(tmp_path / "missing")]) == 1
@@ -256,6 +306,7 @@ def test_a_file_that_does_not_match_leaves_every_file_unwritten(tmp_path, capsys
     assert (tmp_path / patch.TF_UTIL).read_text() == TF_UTIL
     assert (tmp_path / patch.TF_INIT).read_text() == TAPE
     assert (tmp_path / patch.TF_ELASTIC).read_text() == ELASTIC
+    assert (tmp_path / patch.OPERATIONS).read_text() == OPERATIONS
 
 
 def _probe(tmp_path: Path, code: str) -> list[str]:
@@ -351,6 +402,7 @@ def test_the_installed_horovodrun_checks_gloo_without_importing_tensorflow(tmp_p
         ("SUBGRAPH_PLAIN", "autograph=False", "autograph=True"),
         ("TAPE_GRADIENT_PLAIN", "do_not_convert", "do_not_convert()"),
         ("OPTIMIZER_BUILT", "optimizer.build(var_list)", "optimizer.build(var_list[:1])"),
+        ("CYCLE_ALIGNED", "steady_clock::now()", "system_clock::now()"),
     ],
 )
 def test_the_cache_key_digest_names_the_inserted_code_not_the_comments(
