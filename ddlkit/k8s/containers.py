@@ -37,7 +37,7 @@ from ddlkit.environments.kubernetes import INDEX_VAR, pod_host
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.hosts.sshd import keygen_argv
 from ddlkit.image import podman
-from ddlkit.k8s import mpijob
+from ddlkit.k8s import mpijob, needs
 from ddlkit.k8s.local import _container, container_env
 from ddlkit.k8s.manifest import Manifest
 from ddlkit.k8s.plan import MOUNT
@@ -351,6 +351,7 @@ def pod_containers(manifest: Manifest) -> Iterator[PodContainers]:
     image = _image(manifest)
     podman.require("podman")
     _check_image(image)
+    needs.check(image, manifest)
     plan = manifest.plan
     if manifest.kind == "mpijob":
         hosts = mpijob_hosts(plan.name, plan.workers)

@@ -16,7 +16,7 @@ import pytest
 from ddlkit import contract
 from ddlkit.errors import ConfigError
 from ddlkit.image import build, podman
-from ddlkit.k8s import manifest
+from ddlkit.k8s import manifest, needs
 from ddlkit.k8s.containers import (
     LABEL,
     PodContainers,
@@ -94,6 +94,19 @@ def test_without_podman_one_line_names_the_packages(monkeypatch, tmp_path):
         build.build("localhost/never:1", echo=lambda _m: None)
 
 
+def test_a_manifests_needs_come_from_its_own_pod_commands():
+    job = needs.needs(manifest(SCRIPT, workers=2, name="mnist"))
+    # the pods run python -m ddlkit.k8s exec
+    assert job == needs.Needs(("tensorflow", "ddlkit"), ("python",), (SCRIPT,))
+    mpi = needs.needs(manifest("launch/train_horovod.py", strategy="horovod", kind="mpijob"))
+    assert mpi.modules == ("tensorflow", "horovod")
+    # the launcher's horovodrun and the mpirun its --mpi runs; the workers' sshd
+    assert mpi.programs == ("python", "horovodrun", "mpirun", "/usr/sbin/sshd")
+    assert mpi.files == ("launch/train_horovod.py",)
+    line = needs.lacking("img:1", manifest(SCRIPT), ["horovod", "mpirun"])
+    assert "\n" not in line and line.startswith("image 'img:1' lacks what a multi_worker job")
+
+
 # --- real: the image and the containers (root, podman) ---------------------------------------
 needs_podman = pytest.mark.skipif(
     bool(__import__("ddlkit.k8s.containers", fromlist=["x"]).unavailable()),
@@ -147,6 +160,46 @@ def test_an_image_that_does_not_exist_is_one_error_and_nothing_is_left(tmp_path)
             pass
     assert podman.run(["podman", "network", "ls", "--format", "{{.Name}}"]).stdout == before
     assert not (tmp_path / "volume").exists()
+
+
+def _networks() -> str:
+    return podman.run(["podman", "network", "ls", "--format", "{{.Name}}"]).stdout
+
+
+@pytest.mark.slow
+@needs_podman
+def test_an_image_without_what_the_strategy_runs_is_one_line_and_nothing_is_left(image):
+    """The kit's image with Horovod taken out: a Horovod MPIJob is refused, naming Horovod
+    and horovodrun, before any network exists; a MultiWorkerMirrored job still starts. An
+    image without Python at all (the kit's Debian base) is refused the same way."""
+    tag = "localhost/ddlkit-test-no-horovod:0"
+    site = "/opt/venv/lib/python3.11/site-packages"
+    name = f"ddlkit-test-strip-{time.monotonic_ns()}"
+    podman.run(["podman", "run", "--name", name, "--user", "root", "--entrypoint", "rm", image,
+                "-rf", f"{site}/horovod", "/opt/venv/bin/horovodrun"])  # fmt: skip
+    try:
+        podman.run(["podman", "commit", "--quiet", name, tag], timeout=300)
+    finally:
+        podman.run(["podman", "rm", "--force", name], check=False)
+    before = _networks()
+    try:
+        hvd = manifest("launch/train_horovod.py", strategy="horovod", kind="mpijob", image=tag)
+        with pytest.raises(ConfigError) as info:
+            with pod_containers(hvd):
+                pass
+        message = str(info.value)
+        assert message.startswith(f"image {tag!r} lacks what a horovod mpijob's pods run: ")
+        assert message.split("pods run: ")[1].startswith("horovod, horovodrun. Fix:"), message
+        assert _networks() == before
+        with pod_containers(manifest(SCRIPT, workers=2, image=tag)) as pods:
+            assert pods.network in _networks()  # TensorFlow and the kit are there: it starts
+        base = manifest(SCRIPT, workers=2, image=build.BASE_IMAGE)
+        with pytest.raises(ConfigError, match="lacks what a multi_worker job's pods run: python"):
+            with pod_containers(base):
+                pass
+        assert _networks() == before
+    finally:
+        podman.run(["podman", "rmi", "--force", tag], check=False)
 
 
 @pytest.mark.slow
