@@ -2,7 +2,7 @@
 
 A pod's container runs its ``command``: the program must be on the image's ``PATH`` (or at
 its absolute path), a ``python -m PACKAGE`` command needs that package, every pod imports
-TensorFlow, a Horovod job needs Horovod (and ``mpirun`` when its launcher passes ``--mpi``),
+TensorFlow, a ``horovodrun`` launcher needs Horovod (and ``mpirun`` when it passes ``--mpi``),
 and the script is a path below the image's working directory. :func:`needs` reads these
 from the manifest's own objects (pure); :func:`check` runs :data:`PROBE`, one Python program,
 in one short container of the image with the needs as a JSON argument, and it prints what is
@@ -63,21 +63,20 @@ def _containers(node) -> list[dict]:
 
 
 def needs(manifest: Manifest) -> Needs:
-    """What the pods of ``manifest`` need from their image (pure)."""
-    modules = ["tensorflow"]
-    programs = [PYTHON]
+    """What the pods of ``manifest`` need from their image (pure), each once, in the order
+    the pods' commands name them."""
+    modules = dict.fromkeys(["tensorflow"])  # ordered sets
+    programs = dict.fromkeys([PYTHON])
     for container in _containers(list(manifest.objects)):
         command = list(container.get("command") or [])
-        if command and command[0] not in programs:
-            programs.append(command[0])
+        if command:
+            programs[command[0]] = None
         if command[1:2] == ["-m"] and len(command) > 2:
-            package = command[2].split(".")[0]
-            if package not in modules:
-                modules.append(package)
-        if "--mpi" in command and "mpirun" not in programs:
-            programs.append("mpirun")  # horovodrun --mpi runs it
-    if manifest.plan.strategy == "horovod":
-        modules.append("horovod")
+            modules[command[2].split(".")[0]] = None  # python -m PACKAGE.module
+        if command[:1] == ["horovodrun"]:
+            modules["horovod"] = None  # horovodrun is the horovod package's command
+        if "--mpi" in command:
+            programs["mpirun"] = None  # horovodrun --mpi runs it
     return Needs(tuple(modules), tuple(programs), (manifest.plan.script,))
 
 
