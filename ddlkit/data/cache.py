@@ -194,11 +194,16 @@ def verify(key: str, layout: Layout, *, fix_name: str) -> Manifest:
     return manifest
 
 
-def read(key: str, layout: Layout, *, fix_name: str) -> dict[str, np.ndarray] | None:
-    """The verified arrays of ``key``; ``None`` when the cache has no such entry."""
+def read(
+    key: str, layout: Layout, *, fix_name: str, origin: str | None = None
+) -> dict[str, np.ndarray] | None:
+    """The verified arrays of ``key``; ``None`` when the cache has no such entry, or (with
+    ``origin``) when its manifest says it was made from something else."""
     try:
-        verify(key, layout, fix_name=fix_name)
+        manifest = verify(key, layout, fix_name=fix_name)
     except FileNotFoundError:
+        return None
+    if origin is not None and manifest.origin != origin:
         return None
     path = data_path(key)
     try:

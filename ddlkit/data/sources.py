@@ -8,7 +8,9 @@ Sources, tried in this order by ``source="auto"``:
 2. ``"kit-cache"``: the kit's verified offline cache built by
    :func:`ddlkit.data.prepare` (MNIST and Fashion-MNIST).
 3. ``"synthetic"``: for CIFAR-10 only, a deterministic stand-in, announced
-   by a :class:`SyntheticDataWarning` and ``info.synthetic``.
+   by a :class:`SyntheticDataWarning` and ``info.synthetic``. Generated once,
+   then kept in the kit cache under its own key (``cifar10-standin``), never
+   under the real data's.
 
 A corrupt kit cache stops the search with
 :class:`~ddlkit.errors.CorruptCacheError`: it is never skipped silently.
@@ -27,12 +29,12 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ddlkit import backend, settings
+from ddlkit import backend, locks, settings
 from ddlkit.data import cache, standin
 from ddlkit.data.catalog import SOURCES, DatasetSpec, spec
 from ddlkit.data.info import STANDIN_NOTICE, DatasetInfo, Loaded
 from ddlkit.data.standin import SyntheticDataWarning
-from ddlkit.errors import DataError
+from ddlkit.errors import CorruptCacheError, DataError
 
 #: Seconds to wait for the download host before deciding Keras cannot download.
 PROBE_TIMEOUT = 5.0
@@ -188,8 +190,52 @@ def _synthetic_check(sp: DatasetSpec) -> Availability:
     )
 
 
+def standin_key(sp: DatasetSpec) -> str:
+    """The kit-cache key of ``sp``'s generated stand-in, apart from the real data's."""
+    return f"{sp.name}-standin"
+
+
+def standin_origin() -> str:
+    """What a cached stand-in must have been made by: this generator's code, whose arguments
+    are its module's constants."""
+    return f"ddlkit.data.standin sha256:{cache.sha256_of(Path(standin.__file__))}"
+
+
 def _synthetic_fetch(sp: DatasetSpec) -> dict[str, np.ndarray]:
-    return standin.generate()
+    """The stand-in, generated once per machine (about 2 CPU-seconds) and then read from the
+    kit's data folder (a tenth of that); processes that load it together wait for the first."""
+    folder = settings.data_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with locks.file_lock(folder / f".{standin_key(sp)}.lock"):
+            arrays, unkept = _cached_standin(sp)
+    except OSError as exc:  # the folder cannot be made, or locked
+        arrays, unkept = standin.generate(), exc
+    if unkept is not None:
+        warnings.warn(
+            f"The {sp.display_name} stand-in could not be kept in {folder} ({unkept}), so each "
+            f"load generates it again (about 2 CPU-seconds). Fix: make {folder} writable, or "
+            f"set DDLKIT_HOME to a folder that is.",
+            stacklevel=3,  # the line that called load()
+        )
+    return arrays
+
+
+def _cached_standin(sp: DatasetSpec) -> tuple[dict[str, np.ndarray], OSError | None]:
+    """The stand-in from the cache, else generated and written there (and why it was not)."""
+    key, origin, shapes = standin_key(sp), standin_origin(), layout(sp)
+    try:
+        arrays = cache.read(key, shapes, fix_name=sp.name, origin=origin)
+    except CorruptCacheError:
+        arrays = None  # generated data: made again and written over
+    if arrays is not None:
+        return arrays, None
+    arrays = standin.generate()  # none yet, or made by another version of the generator
+    try:
+        cache.write(key, arrays, origin=origin)
+    except OSError as exc:
+        return arrays, exc
+    return arrays, None
 
 
 _SOURCES: dict[str, tuple[Callable[[DatasetSpec], Availability], Callable]] = {

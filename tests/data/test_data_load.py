@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 
 from ddlkit import data
-from ddlkit.data import standin
+from ddlkit.data import cache, catalog, sources, standin
 from ddlkit.data.build import FASHION_DEFAULT_DIR
 from ddlkit.data.catalog import FASHION_MNIST_FILES
 from ddlkit.errors import ConfigError
@@ -126,6 +129,106 @@ def test_loads_are_deterministic(data_env, standin_loaded):
     with pytest.warns(data.SyntheticDataWarning):
         again = data.load("cifar10", source="synthetic")
     _assert_same(standin_loaded[0], again)
+
+
+def _standin_home(tmp_path, monkeypatch):
+    """An empty kit home and Keras cache, offline; returns the kit's data folder."""
+    (tmp_path / "home" / ".keras").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KERAS_HOME", raising=False)
+    monkeypatch.setenv("DDLKIT_HOME", str(tmp_path / "kit"))
+    monkeypatch.setenv("DDLKIT_OFFLINE", "1")
+    return tmp_path / "kit" / "datasets"
+
+
+def _load_standin():
+    with pytest.warns(data.SyntheticDataWarning, match="NOT CIFAR-10"):
+        return data.load("cifar10")
+
+
+def _counting_generate(monkeypatch):
+    calls = []
+    real = standin.generate
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(standin, "generate", counted)
+    return calls
+
+
+def test_the_standin_is_generated_once_then_read_from_the_kit_folder(tmp_path, monkeypatch):
+    folder = _standin_home(tmp_path, monkeypatch)
+    calls = _counting_generate(monkeypatch)
+    first = _load_standin()
+    assert len(calls) == 1
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".cifar10-standin.lock", "cifar10-standin.manifest.json", "cifar10-standin.npz"
+    ]  # fmt: skip
+    spec = catalog.spec("cifar10")
+    manifest = cache.verify("cifar10-standin", sources.layout(spec), fix_name="cifar10")
+    assert manifest.origin == sources.standin_origin() and "sha256:" in manifest.origin
+    again = _load_standin()  # read back: still announced as synthetic, never as CIFAR-10
+    assert len(calls) == 1
+    _assert_same(first, again)
+    assert again.info == first.info and again.info.synthetic and again.info.path is None
+    assert not cache.exists("cifar10")  # the real data's entry stays empty
+    with pytest.warns(data.SyntheticDataWarning):
+        _assert_same(first, data.load("cifar10", source="synthetic"))
+
+
+def test_a_damaged_or_outdated_standin_is_made_again(tmp_path, monkeypatch):
+    folder = _standin_home(tmp_path, monkeypatch)
+    first = _load_standin()
+    calls = _counting_generate(monkeypatch)
+    npz = folder / "cifar10-standin.npz"
+    with open(npz, "r+b") as f:
+        f.truncate(npz.stat().st_size // 2)
+    _assert_same(first, _load_standin())
+    assert len(calls) == 1
+    spec = catalog.spec("cifar10")
+    cache.verify("cifar10-standin", sources.layout(spec), fix_name="cifar10")  # whole again
+    mpath = folder / "cifar10-standin.manifest.json"
+    mpath.write_text(mpath.read_text().replace(sources.standin_origin(), "an older generator"))
+    _assert_same(first, _load_standin())
+    assert len(calls) == 2
+    assert sources.standin_origin() in mpath.read_text()
+
+
+def test_a_folder_that_cannot_hold_it_warns_and_still_gives_the_standin(tmp_path, monkeypatch):
+    _standin_home(tmp_path, monkeypatch)
+    (tmp_path / "kit").write_text("a file where the kit's folder should be")
+    with pytest.warns(UserWarning) as caught:
+        loaded = data.load("cifar10")
+    messages = [str(w.message) for w in caught]
+    assert any("NOT CIFAR-10" in m for m in messages)
+    (kept,) = [m for m in messages if "could not be kept" in m]
+    assert str(tmp_path / "kit" / "datasets") in kept and "DDLKIT_HOME" in kept
+    assert {w.filename for w in caught} == {__file__}  # both point at the line that loads
+    assert loaded.info.synthetic and loaded[0][0].shape == (50000, 32, 32, 3)
+
+
+def test_processes_that_load_the_standin_together_get_the_same_arrays(tmp_path, monkeypatch):
+    folder = _standin_home(tmp_path, monkeypatch)
+    probe = (
+        "import hashlib, warnings; from ddlkit import data\n"
+        "warnings.simplefilter('ignore')\n"
+        "(x, y), (xt, yt) = data.load('cifar10')\n"
+        "print(hashlib.sha256(x.tobytes() + y.tobytes() + xt.tobytes() + yt.tobytes()).hexdigest())"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    digests = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    spec = catalog.spec("cifar10")
+    arrays = cache.read("cifar10-standin", sources.layout(spec), fix_name="cifar10")
+    assert arrays is not None and len(digests) == 1
+    whole = b"".join(arrays[k].tobytes() for k in ("x_train", "y_train", "x_test", "y_test"))
+    assert digests == {hashlib.sha256(whole).hexdigest()}
+    assert not list(folder.glob(".*.tmp"))
 
 
 def test_standin_seed_matters_and_per_class_sizes_are_exact():
