@@ -500,7 +500,11 @@ def test_real_slurm_live_workers_are_srun_tasks_of_the_allocation(mini_slurm, tm
         cwd=ROOT, timeout=600, env={"DDLKIT_RUNS": str(tmp_path / "runs")},
     )  # fmt: skip
     lines = [x for x in done.stdout.splitlines() if x.startswith("SLURMWORKERS ")]
-    assert done.returncode == 0 and lines, (done.stdout[-3000:], done.stderr[-3000:])
+    if done.returncode != 0 or not lines:  # shown whole under "Captured stdout call"
+        print(done.stdout, done.stderr, sep="\n")
+        for log in sorted((tmp_path / "runs").glob("*/logs/*.log")):
+            print(f"--- {log}", log.read_text(errors="replace")[-4000:], sep="\n")
+    assert done.returncode == 0 and lines, f"salloc ended with {done.returncode}: see above"
     out = json.loads(lines[0].removeprefix("SLURMWORKERS "))
     job = int(out["job"])
     assert out["names"] == ["worker-0", "worker-1"] and out["processes"] == ["ipcontroller", "srun"]

@@ -40,8 +40,12 @@ ALLREDUCE = (
 def cell(workers, code: str) -> list[str]:
     """Run ``code`` on every worker; the labelled lines it printed."""
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        workers.run_cell(code)
+    try:
+        with contextlib.redirect_stdout(out):
+            workers.run_cell(code)
+    except BaseException:
+        sys.stderr.write(out.getvalue())  # each worker's traceback, for the test to show
+        raise
     return out.getvalue().splitlines()
 
 
