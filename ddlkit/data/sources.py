@@ -203,7 +203,7 @@ def standin_origin() -> str:
 
 def _synthetic_fetch(sp: DatasetSpec) -> dict[str, np.ndarray]:
     """The stand-in, generated once per machine (about 2 CPU-seconds) and then read from the
-    kit's data folder (a tenth of that); processes that load it together wait for the first."""
+    kit's data folder (0.2-0.5 CPU-seconds); processes that load it together wait for the first."""
     folder = settings.data_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
