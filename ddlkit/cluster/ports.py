@@ -96,12 +96,15 @@ BASE_PORT = 29600
 # below zmq's random ports (49152-65535). A port picked there and bound later may be taken by
 # then by any connection, or be the port a peer's client connects from to reach it (a TCP
 # self-connect: the client then talks to itself, and the job hangs).
-# Blocks (free_port_block) that servers bind minutes later (a live worker's TF server,
-# created when a cell makes the strategy): not held meanwhile, so no one-off pick falls there.
-SERVER_PORTS = (20000, 32768)
-# One-off ports (free_ports) that servers bind within seconds; below 20000 too, as a Slurm
-# job's workers take fixed ports from 20000 up, by job id (ddlkit.environments.slurm).
-PICKED_PORTS = (10000, 20000)
+# Both ranges lie below 20000: from there up a Slurm job's workers take fixed ports by job id
+# (ddlkit.environments.slurm), and a live Slurm worker binds them only when a cell makes the
+# strategy, so a block or pick of this machine's there could take them first.
+# Blocks (free_port_block) that servers bind minutes later (a live worker's TF server, created
+# when a cell makes the strategy; the live workers' controller): not held meanwhile, so no
+# one-off pick falls there.
+SERVER_PORTS = (15000, 20000)
+# One-off ports (free_ports) that servers bind within seconds.
+PICKED_PORTS = (10000, 15000)
 
 
 def free_port_block(count: int, host: str = "", tries: int = 200) -> int:

@@ -23,7 +23,7 @@ from ddlkit.cluster import (
     port_is_free,
     task_name,
 )
-from ddlkit.cluster.ports import PICKED_PORTS, SERVER_PORTS
+from ddlkit.cluster.ports import PICKED_PORTS, SERVER_PORTS, free_port_block
 from ddlkit.environments import slurm
 from ddlkit.errors import ConfigError, DdlkitError
 
@@ -403,6 +403,19 @@ def test_free_ports_are_distinct_and_bindable():
     finally:
         for sock in held:
             sock.close()
+
+
+def test_port_blocks_lie_apart_from_picks_and_below_slurm_jobs_ports():
+    # A live Slurm worker binds its job's fixed port (20000 up) when a cell makes the strategy:
+    # a block this machine's live workers took there before would hold it ("Could not start
+    # gRPC server").
+    low, high = SERVER_PORTS
+    assert PICKED_PORTS[1] <= low and high <= slurm.PORT_FLOOR
+    for _ in range(20):
+        first = free_port_block(24)
+        assert low <= first and first + 24 <= high, first
+        with socket.socket() as sock:
+            sock.bind(("", first + 23))
 
 
 def test_processes_picking_at_once_get_different_ports():
