@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from ddlkit.bench.overhead import measure_overhead  # noqa: E402
 from ddlkit.launch import devices  # noqa: E402
 from ddlkit.launch import run as run_mod  # noqa: E402
-from ddlkit.launch.warm import WARM_VAR  # noqa: E402
+from ddlkit.launch.warm import WARM_VAR, forked_cpu_seconds  # noqa: E402
 
 
 def first_step_seconds(workers: int, workdir: Path) -> float:
@@ -57,8 +57,9 @@ def first_step_seconds(workers: int, workdir: Path) -> float:
 
 
 def children_cpu() -> float:
+    """CPU seconds of ended children: reaped here, or forked and reaped by a template."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime + forked_cpu_seconds()
 
 
 def warm_against_cold(pairs: int, workdir: Path) -> dict:

@@ -8,7 +8,8 @@ it instead of assuming it::
     watch.foreign_share()   # e.g. 0.31: others used 31% of cores 0-1 meanwhile
 
 Busy time of the cores (``/proc/stat``) minus the CPU time of this process and of its
-finished children (``getrusage``: the workers, and their children once reaped), over the
+finished children (``getrusage``: the workers, and their children once reaped; workers
+forked by a warm-start template are counted from what it reports), over the
 cores' total time. This process's own threads count as the run's wherever they ran, so
 the share is, if anything, too low. Only meaningful when the run's processes were
 pinned to those cores and have all exited.
@@ -20,6 +21,8 @@ import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
+
+from ddlkit.launch.warm import forked_cpu_seconds
 
 _BUSY = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
 
@@ -38,10 +41,11 @@ def parse_proc_stat(text: str, cpus: tuple[int, ...]) -> tuple[int, int]:
 
 
 def own_cpu_seconds() -> float:
-    """CPU seconds of this process and its reaped children (user + system)."""
+    """CPU seconds of this process and its ended children (user + system): those it reaped,
+    and the workers its warm-start templates reaped (:func:`warm.forked_cpu_seconds`)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + forked_cpu_seconds()
 
 
 @dataclass(frozen=True)

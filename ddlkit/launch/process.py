@@ -254,17 +254,14 @@ def _start_one(spec: WorkerSpec, how: Popen, parent_pid: int) -> WorkerProcess:
 def _start_warm(
     specs: Sequence[WorkerSpec], hows: Sequence[Popen], parent_pid: int, indices: Sequence[int]
 ) -> dict[int, WorkerProcess]:
-    """Start ``specs`` from one warm-start template (:mod:`ddlkit.launch.warm`)."""
+    """Start ``specs`` from a warm-start template (:mod:`ddlkit.launch.warm`)."""
     for spec in specs:
         with open(spec.log_path, "wb"):
             pass  # each child appends to its own, emptied here as a cold start's is
     env = warm.shared_env([h.env for h in hows])
     assert env is not None  # warm_groups chose these workers for it
-    cpus = None
-    if all(s.cpus is not None for s in specs):
-        cpus = tuple(sorted({c for s in specs for c in s.cpus or ()}))
     started_at = time.time()
-    template = warm.Template.start(
+    template, pids = warm.fork_workers(
         hows[0].argv[0],
         [
             warm.Worker(tuple(h.argv), str(h.cwd), dict(h.env), str(s.log_path), s.cpus)
@@ -272,12 +269,12 @@ def _start_warm(
         ],
         env,
         specs[0].log_path.parent / "warm-start.log",
-        _child_setup(parent_pid, cpus),
-        title=[str(specs[0].log_path.parent)],
+        _child_setup(parent_pid, None),  # each child takes its own cores
+        title=[f"launcher={parent_pid}"],
     )
     return {
         i: WorkerProcess(spec, warm.Child(template, pid), started_at)
-        for i, spec, pid in zip(indices, specs, template.pids, strict=True)
+        for i, spec, pid in zip(indices, specs, pids, strict=True)
     }
 
 
@@ -301,6 +298,7 @@ def start_workers(
     """
     base = dict(os.environ if base is None else base)
     parent_pid = os.getpid()
+    warm.idle_seconds(os.environ)  # a bad DDLKIT_WARM_IDLE is one error, before anything starts
     if _prctl is None:
         warnings.warn(
             f"{sys.platform} has no parent-death signal: if this process is killed, its "

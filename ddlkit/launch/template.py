@@ -1,10 +1,11 @@
 """The warm-start template: ``python -m ddlkit.launch.template`` (started by
 :mod:`ddlkit.launch.warm`, which says when and why).
 
-It reads the workers of one job as JSON on stdin, imports what they share (TensorFlow,
-tf-keras) before anything has run (no op, no device, no thread of TensorFlow's own yet),
-then forks one child per worker and makes each the process ``python script.py args`` would
-have been:
+It reads one JSON line on stdin naming what to import, imports what workers share
+(TensorFlow, tf-keras) before anything has run (no op, no device, no thread of TensorFlow's
+own yet), then reads one line per job, each naming its workers, for as long as the launcher
+keeps its stdin open. For each it forks one child per worker and makes each the process
+``python script.py args`` would have been:
 
 - its own session and process group, the parent-death signal (the template's own death
   kills it; the launcher's kills the template), its cores (``sched_setaffinity``);
@@ -18,11 +19,12 @@ have been:
 - then the script runs as ``__main__`` (``runpy.run_path``) and the child ends as an
   interpreter ends (:func:`run`).
 
-The template reaps each child, first killing what is left in the child's process group (as
-the launcher does for a child of its own), and reports ``{"pid"}`` when it forks one and
-``{"pid", "code"}`` when it ends, one JSON line each on its stdout; it exits when the last
-child has. What it cannot give a child: ``/proc/PID/environ`` shows the shared environment,
-not the worker's own variables (``TF_CONFIG``, the worker's name).
+The template reaps each child as it ends, first killing what is left in the child's
+process group (as the launcher does for a child of its own), and reports ``{"job", "pid"}``
+when it forks one and ``{"pid", "code", "cpu", "self_cpu"}`` when it ends (the child's CPU
+seconds from ``wait4``, and the template's own so far), one JSON line each on its stdout.
+It exits once its stdin has closed and its last child has ended. What it cannot give a
+child: ``/proc/PID/environ`` shows the template's environment, not the worker's own.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import gc
 import io
 import json
 import os
+import resource
+import select
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -146,31 +150,60 @@ def _report(msg: dict) -> None:
     os.write(_OUT, (json.dumps(msg) + "\n").encode())
 
 
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
 def _reap(pids: set[int]) -> None:
-    """Wait for every child; kill what is left in its group, then report its code."""
+    """Reap every child that has ended, without waiting for the others: kill what is left in
+    its group, then report its code and its CPU seconds (and the template's own so far)."""
     while pids:
-        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is None:
+            return
         pid = info.si_pid
         killpg(pid)  # while it is a zombie its group id cannot be reused
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         pids.discard(pid)
-        _report({"pid": pid, "code": os.waitstatus_to_exitcode(status)})
+        own = _cpu(resource.getrusage(resource.RUSAGE_SELF))
+        code = os.waitstatus_to_exitcode(status)
+        _report({"pid": pid, "code": code, "cpu": _cpu(usage), "self_cpu": own})
+
+
+def _lines(fd: int, pending: bytearray) -> list[bytes] | None:
+    """The whole lines now readable from ``fd`` (a part line stays in ``pending``); None
+    once it is closed."""
+    data = os.read(fd, 1 << 16)
+    if not data:
+        return None
+    pending += data
+    *lines, rest = bytes(pending).split(b"\n")
+    pending[:] = rest
+    return lines
 
 
 _OUT = 1
 
 
 def main() -> str | None:
-    """The template: read the workers, import TensorFlow, fork them, reap them. Returns the
-    script to run in a child; None in the template, which has reported every child."""
+    """The template: import what the first line names, then fork the workers of each request
+    line as it comes and reap them as they end. Returns the script to run in a child; None
+    in the template once its stdin has closed and its last child has been reported."""
     global _OUT
-    request = json.loads(sys.stdin.buffer.read())
-    workers = [Worker.from_json(d) for d in request["workers"]]
-    _OUT = os.dup(1)  # the pipe to the launcher, away from the fds a child takes over
+    requests = os.dup(0)  # the launcher's pipe, away from the fds a child takes over
+    _OUT = os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)  # what the imports print goes to the template's log
-    _set_cmdline(["ddlkit-warm-start", *request.get("title", [])])
-    for name in request["preload"]:
+    pending = bytearray()
+    lines: list[bytes] = []
+    while not lines:
+        got = _lines(requests, pending)
+        if got is None:
+            return None  # closed before it said what to import
+        lines = got
+    first = json.loads(lines.pop(0))
+    _set_cmdline(["ddlkit-warm-start", *first.get("title", [])])
+    for name in first["preload"]:
         try:
             __import__(name)
         except Exception as exc:  # noqa: BLE001 - each child imports it again and fails there
@@ -181,15 +214,38 @@ def main() -> str | None:
     sys.stdout.flush()
     sys.stderr.flush()
     gc.freeze()  # what is imported now stays out of the children's collections (and pages)
-    me, pids = os.getpid(), set()
-    for w in workers:
-        pid = os.fork()
-        if pid == 0:
-            os.close(_OUT)
-            return become(w, me)
-        pids.add(pid)
-        _report({"pid": pid})
-    _reap(pids)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up fd hears it
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    me, pids, open_ = os.getpid(), set(), True
+    while open_ or pids or lines:
+        for line in lines:
+            request = json.loads(line)
+            for d in request["workers"]:
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in (_OUT, requests, wake_r, wake_w):
+                        os.close(fd)
+                    return become(Worker.from_json(d), me)
+                pids.add(pid)
+                _report({"job": request["job"], "pid": pid})
+        lines = []
+        ready, _, _ = select.select([requests, wake_r] if open_ else [wake_r], [], [], 5.0)
+        if wake_r in ready:
+            while True:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    break
+        _reap(pids)
+        if requests in ready:
+            got = _lines(requests, pending)
+            if got is None:
+                open_ = False
+            else:
+                lines = got
     return None
 
 

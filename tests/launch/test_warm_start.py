@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from harness.procutil import alive, marked_pids, wait_until
 
+from ddlkit.errors import ConfigError
 from ddlkit.launch import warm
 from ddlkit.launch.process import start_workers
 from ddlkit.launch.spec import WorkerSpec, worker_env
@@ -57,17 +58,33 @@ def test_the_shared_environment_allows_only_variables_read_after_import():
     assert warm.shared_env([a, {**b, "CUDA_VISIBLE_DEVICES": "1"}]) == {"PATH": "/bin"}
 
 
-def test_a_job_starts_warm_only_with_two_eligible_local_workers(tmp_path):
+def test_a_job_starts_warm_with_its_eligible_local_workers(tmp_path):
     _script(tmp_path, "", "tf.py")
     env = {"PATH": "/bin"}
     item = ((PY, "tf.py"), tmp_path, env, True)
     assert warm.warm_groups([item, item], {}) == [0, 1]
     assert warm.warm_groups([item, ((PY, "-c", "x"), tmp_path, env, True), item], {}) == [0, 2]
-    assert warm.warm_groups([item], {}) == []  # one worker: a template saves nothing
-    assert warm.warm_groups([item, (*item[:3], False)], {}) == []  # a remote one
+    assert warm.warm_groups([item], {}) == [0]  # one worker: the next job reuses its template
+    assert warm.warm_groups([item, (*item[:3], False)], {}) == [0]  # not the remote one
+    assert warm.warm_groups([(*item[:3], False)], {}) == []
     assert warm.warm_groups([item, item], {warm.WARM_VAR: "0"}) == []
     other = ((PY, "tf.py"), tmp_path, {"PATH": "/usr/bin"}, True)
     assert warm.warm_groups([item, other], {}) == []
+
+
+def test_the_idle_wait_is_checked_before_anything_starts(tmp_path, monkeypatch):
+    assert warm.idle_seconds({}) == warm.IDLE_SECONDS
+    assert warm.idle_seconds({warm.IDLE_VAR: "0"}) == 0.0
+    assert warm.idle_seconds({warm.IDLE_VAR: " 2.5 "}) == 2.5
+    for bad in ("ten", "-1", "inf", "nan"):
+        with pytest.raises(ConfigError, match=f"{warm.IDLE_VAR}=.*Fix: set it"):
+            warm.idle_seconds({warm.IDLE_VAR: bad})
+    monkeypatch.setenv(warm.IDLE_VAR, "soon")
+    script = _script(tmp_path, "print('never')\n")
+    specs = _specs(tmp_path, script)
+    with pytest.raises(ConfigError, match="DDLKIT_WARM_IDLE='soon'"):
+        _start(specs)
+    assert not specs[0].log_path.exists()
 
 
 def test_the_template_reserves_room_for_the_longest_command_line():
@@ -77,7 +94,9 @@ def test_the_template_reserves_room_for_the_longest_command_line():
     ]
     argv = warm.template_argv(PY, ws)
     assert argv[:3] == [PY, "-m", "ddlkit.launch.template"]
-    assert sum(len(a) + 1 for a in argv) >= len(PY) + len("b.py") + 300 + 3
+    assert sum(len(a) + 1 for a in argv) >= 2048  # room for later jobs' workers too
+    longer = [*ws, warm.Worker((PY, "c.py", "y" * 5000), "/", {}, "/l", None)]
+    assert sum(len(a) + 1 for a in warm.template_argv(PY, longer)) >= len(PY) + 5000 + 8
 
 
 # -- real templates and workers ------------------------------------------------------------
@@ -152,7 +171,33 @@ def test_each_child_is_the_process_python_script_would_be(tmp_path):
         assert (s.cwd / "thread.txt").read_text() == "joined"
         assert (s.cwd / "atexit.txt").read_text() == "ran"
     assert reports[0]["seed"] != reports[1]["seed"]  # not the template's copied NumPy seed
-    assert not alive(template)
+    assert alive(template)  # it outlives the job, for the next one
+
+
+@pytest.mark.slow
+def test_a_template_serves_the_next_job_counts_its_cpu_and_ends_when_idle(tmp_path, monkeypatch):
+    script = _script(tmp_path, "import os, sys\nprint(os.getppid())\nsys.exit(int(sys.argv[1]))\n")
+    mark = {"DDLKIT_TEST_MARK": f"reuse-{os.getpid()}-{time.time()}"}  # a template of its own
+    monkeypatch.setenv(warm.IDLE_VAR, "4")
+    before = warm.forked_cpu_seconds()
+    first = _start(_specs(tmp_path / "a", script, args=["{i}"]), **mark)
+    assert _wait(first) == [0, 1]
+    template = int(first[0].spec.log_path.read_text().split()[-1])
+    assert template != os.getpid() and alive(template)
+    # The next job: another run directory and collector token (PER_JOB), one worker.
+    second = _start(_specs(tmp_path / "b", script, n=1, args=["3"]), **mark)
+    assert _wait(second) == [3]
+    assert int(second[0].spec.log_path.read_text().split()[-1]) == template  # no new import
+    assert not (second[0].spec.log_path.parent / "warm-start.log").exists()
+    # What it reaped is counted before it is (three workers of a few tenths of a second each).
+    counted = warm.forked_cpu_seconds() - before
+    assert counted > 0.05
+    # Idle for DDLKIT_WARM_IDLE seconds, it ends; reaped here, its CPU moves to getrusage.
+    assert wait_until(lambda: not alive(template), 30)
+    assert wait_until(lambda: warm.forked_cpu_seconds() - before < counted, 10)
+    third = _start(_specs(tmp_path / "c", script, n=1, args=["0"]), **mark)
+    assert _wait(third) == [0]
+    assert int(third[0].spec.log_path.read_text().split()[-1]) != template  # a new one
 
 
 @pytest.mark.slow
