@@ -22,7 +22,7 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddlkit.launch.warm import forked_cpu_seconds
+from ddlkit.launch.warm_pool import forked_cpu_seconds
 
 _BUSY = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
 
@@ -42,7 +42,7 @@ def parse_proc_stat(text: str, cpus: tuple[int, ...]) -> tuple[int, int]:
 
 def own_cpu_seconds() -> float:
     """CPU seconds of this process and its ended children (user + system): those it reaped,
-    and the workers its warm-start templates reaped (:func:`warm.forked_cpu_seconds`)."""
+    and the workers its warm-start templates reaped (:func:`warm_pool.forked_cpu_seconds`)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + forked_cpu_seconds()

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from ddlkit.environments import for_worker
 from ddlkit.environments.base import Popen
 from ddlkit.errors import ConfigError
-from ddlkit.launch import warm
+from ddlkit.launch import warm, warm_pool
 from ddlkit.launch.spec import JobSpec, WorkerSpec
 from ddlkit.launch.spec import python_script as python_script  # re-exported
 
@@ -129,7 +129,7 @@ class WorkerProcess:
     """A started worker: its Popen, times, and whether the job asked it to stop."""
 
     def __init__(
-        self, spec: WorkerSpec, popen: subprocess.Popen | warm.Child, started_at: float
+        self, spec: WorkerSpec, popen: subprocess.Popen | warm_pool.Child, started_at: float
     ) -> None:
         self.spec = spec
         self.popen = popen
@@ -154,7 +154,7 @@ class WorkerProcess:
         with self._lock:
             if self.popen.returncode is not None:
                 return self.popen.returncode
-            if isinstance(self.popen, warm.Child):  # its template killed its group and reaped it
+            if isinstance(self.popen, warm_pool.Child):  # its template killed its group, reaped it
                 code = self.popen.poll()
                 if code is not None and self.ended_at is None:
                     self.ended_at = self.popen.template.ended_at.get(self.pid, time.time())
@@ -261,7 +261,7 @@ def _start_warm(
     env = warm.shared_env([h.env for h in hows])
     assert env is not None  # warm_groups chose these workers for it
     started_at = time.time()
-    template, pids = warm.fork_workers(
+    template, pids = warm_pool.fork_workers(
         hows[0].argv[0],
         [
             warm.Worker(tuple(h.argv), str(h.cwd), dict(h.env), str(s.log_path), s.cpus)
@@ -273,7 +273,7 @@ def _start_warm(
         title=[f"launcher={parent_pid}"],
     )
     return {
-        i: WorkerProcess(spec, warm.Child(template, pid), started_at)
+        i: WorkerProcess(spec, warm_pool.Child(template, pid), started_at)
         for i, spec, pid in zip(indices, specs, pids, strict=True)
     }
 

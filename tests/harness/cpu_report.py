@@ -10,7 +10,8 @@ FILE's lines (``make test`` runs two sessions: notebook 00, then the rest).
 
 A process is counted when it is reaped, so a session-scoped fixture's processes (the Spark
 cluster of tests/spark/conftest.py, and the training it ran) land in the last file its
-xdist worker ran; processes nobody in pytest waits for are not counted at all.
+xdist worker ran; processes nobody in pytest waits for are not counted at all, but for a
+notebook kernel's warm-start templates, read from ``/proc`` before the kernel is killed.
 
     DDLKIT_CPU_REPORT=/tmp/cpu.jsonl make test
 
@@ -50,9 +51,37 @@ class FileCost:
 def _cpu() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    warm = sys.modules.get("ddlkit.launch.warm")  # workers its templates reaped
+    warm = sys.modules.get("ddlkit.launch.warm_pool")  # workers its templates reaped
     forked = warm.forked_cpu_seconds() if warm is not None else 0.0
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + forked
+
+
+def _kernels_templates_cpu() -> float:
+    """CPU seconds of the warm-start templates (ddlkit.launch.warm) of this process's children,
+    with the workers they reaped: a notebook's kernel is killed (nbval stops it with
+    ``shutdown_kernel(now=True)``) without reaping its templates, so what they and their
+    workers used would reach no one's ``getrusage``. Read from ``/proc`` while they live."""
+    me, tick, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stats[int(entry)] = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    for pid, fields in stats.items():
+        parent = int(fields[1])
+        if parent == me or stats.get(parent, [None, None])[1] != str(me):
+            continue  # not a grandchild (a template of ours is counted when we reap it)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().startswith(b"ddlkit-warm-start\0"):
+                    continue
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return total / tick
 
 
 def _file(nodeid: str) -> str:
@@ -76,11 +105,14 @@ class CpuReport:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(self, item, nextitem):
+        last = nextitem is None or _file(nextitem.nodeid) != self.current
+        orphaned = _kernels_templates_cpu() if last else 0.0  # before the kernel is killed
         yield  # after the teardown: the file's module fixtures are finalised with its last test
-        if nextitem is not None and _file(nextitem.nodeid) == self.current:
+        if not last:
             return
         own0, kids0, wall0 = self.start
         own, kids = _cpu()
+        kids += orphaned
         cost = FileCost(
             _file(item.nodeid),
             self.tests,
