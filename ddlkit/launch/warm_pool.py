@@ -128,7 +128,12 @@ class Template:
         if len(pids) < len(workers):
             for pid in pids:
                 killpg(pid)
-            self.kill()
+            with self._cond:
+                others = self._live() > len(pids)  # earlier jobs' workers, still running
+            if others:
+                self.close()  # it takes no more jobs, and ends when they have
+            else:
+                self.kill()
             tail = self.log.read_text(errors="replace")[-2000:].strip() or "(nothing)"
             raise RuntimeError(
                 f"the warm-start template forked {len(pids)} of {len(workers)} workers "
