@@ -51,6 +51,18 @@ CONTEXT_LABEL = "io.ddlkit.context"  # the digest of what the image was built fr
 CONTEXT = ("Containerfile", "pyproject.toml", "README.md", "scripts", "ddlkit", "launch",
            "benchmarks", "notebooks")  # fmt: skip
 _SKIP = {"__pycache__", ".ipynb_checkpoints", "runs"}
+# Where the notebooks write their scripts (%%writefile; git-ignored, like .containerignore):
+# what a run made, not the kit. Left out, a notebook run changes neither image nor digest.
+GENERATED = ("notebooks/workers", "notebooks/solutions/workers")
+
+
+def in_context(rel: Path) -> bool:
+    """Whether the build copies the file at ``rel`` (below the repository) (pure)."""
+    if _SKIP & set(rel.parts) or rel.suffix == ".pyc":
+        return False
+    return not (rel.parent.as_posix() in GENERATED and rel.suffix == ".py")
+
+
 DEFAULT_TAG = KIT_IMAGE
 CONTAINERFILE = settings.REPO_ROOT / "Containerfile"
 BUILD_TIMEOUT = 3600.0  # a cold build with Horovod compiled in it takes minutes, not an hour
@@ -89,7 +101,7 @@ def context_digest(root: Path, base: str, extra: str = "") -> str:
         files = [path] if path.is_file() else sorted(path.rglob("*"))
         for f in files:
             rel = f.relative_to(root)
-            if f.is_file() and not _SKIP & set(rel.parts) and f.suffix != ".pyc":
+            if f.is_file() and in_context(rel):
                 h.update(str(rel).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
