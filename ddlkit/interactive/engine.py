@@ -33,7 +33,10 @@ if __name__ == "__main__" and sys.path and sys.path[0] == os.path.dirname(__file
     del sys.path[0]  # run as a file: this package's directory is not a place for imports
 
 import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from ddlkit.contract import WORKER_VAR  # noqa: E402
 from ddlkit.errors import ConfigError  # noqa: E402
@@ -66,6 +69,26 @@ def engine_argv(names: list[str], name: str, url_file: str, wait: float) -> list
     ]
 
 
+def wait_for_connection_file(path: Path, timeout: float, step: float = 0.05) -> None:
+    """Return once the controller's engine file holds whole JSON. ipyparallel's controller
+    writes it in place (``open``, then ``write``) and its engine reads it as soon as the file
+    exists, so an engine started beside the controller could read it empty and die with a
+    JSONDecodeError (seen with Slurm's tasks). ConfigError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            json.loads(path.read_text())
+            return
+        except (OSError, ValueError) as exc:
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"the controller's connection file {path} was not written whole within "
+                    f"{timeout:.0f} s ({exc}). Fix: read the controller's log (ipcontroller.log "
+                    f"in the run's logs), then start the workers again."
+                ) from exc
+        time.sleep(step)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one live worker: an ipyparallel engine")
     parser.add_argument("--names", required=True, help="every worker's name, in engine order")
@@ -81,7 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     if ranks.rank_of() is not None:  # a rank started by horovodrun, as a launched script's
         ranks.setup_rank()
         pinning.pin_rank()
-    sys.argv = engine_argv(args.names.split(","), os.environ[WORKER_VAR], args.url_file, args.wait)
+    names = args.names.split(",")
+    sys.argv = engine_argv(names, os.environ[WORKER_VAR], args.url_file, args.wait)
+    wait_for_connection_file(Path(args.url_file), args.wait)
     engine_class().launch_instance()
 
 

@@ -4,6 +4,9 @@ and dk.where with launch.start's old keywords."""
 from __future__ import annotations
 
 import ast
+import json
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from ddlkit import where
 from ddlkit.cluster import ClusterSpec
 from ddlkit.errors import ConfigError
 from ddlkit.interactive import plan
-from ddlkit.interactive.engine import engine_argv
+from ddlkit.interactive.engine import engine_argv, wait_for_connection_file
 from ddlkit.interactive.engine import log_level as engine_log_level
 from ddlkit.interactive.output import Labeller, hidden, label_lines, waiting_message
 from ddlkit.interactive.script import Transcript
@@ -28,6 +31,30 @@ def test_engine_ids_follow_the_worker_names_and_a_stranger_is_refused():
     assert "--IPEngine.id=1" in argv and "--file=/r/f.json" in argv
     with pytest.raises(ConfigError, match="not one of the live workers"):
         engine_argv(["worker-0"], "chief-0", "/r/f.json", 5.0)
+
+
+def test_an_engine_waits_for_the_whole_connection_file_and_says_when_it_never_comes(tmp_path):
+    path = tmp_path / "ipcontroller-engine.json"
+    whole = json.dumps({"location": "127.0.0.1", "key": "k" * 64}, indent=2)
+
+    def controller() -> None:  # as ipyparallel's writes it: created, then written in place
+        time.sleep(0.2)
+        with open(path, "w") as f:
+            f.write(whole[:10])
+            f.flush()
+            time.sleep(0.3)
+            f.write(whole[10:])
+
+    writer = threading.Thread(target=controller)
+    t0 = time.monotonic()
+    writer.start()
+    wait_for_connection_file(path, timeout=10.0, step=0.01)
+    assert json.loads(path.read_text())["location"] == "127.0.0.1"  # whole when it returned
+    assert time.monotonic() - t0 >= 0.5
+    writer.join()
+    path.write_text("")
+    with pytest.raises(ConfigError, match="not written whole within 0 s.*ipcontroller.log"):
+        wait_for_connection_file(path, timeout=0.2, step=0.01)
 
 
 def test_engine_names_are_the_worker_tasks_or_the_ranks():
