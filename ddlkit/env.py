@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from ddlkit import backend
+from ddlkit import backend, cpu
 from ddlkit._tables import html_table
 
 
@@ -146,7 +146,9 @@ def check(*, horovod: bool = True, data: bool = True) -> EnvReport:
             fix="" if cores >= 2 else "multi-worker notebooks want >= 2 cores to show a speed-up",
         ),
     ]
-    facts = {"gpus": n_gpus, "cores": cores, "keras": flavour}
+    machine = cpu.read()
+    checks += [Check(name, value) for name, value in machine.lines()]
+    facts = {"gpus": n_gpus, "cores": cores, "keras": flavour, "cpu": machine}
     if horovod:
         hv = horovod_status()
         facts["horovod"] = hv
