@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
@@ -121,6 +121,13 @@ class Profiles:
 
     def __iter__(self):
         return iter(self.profiles)
+
+    def timed(self, step_seconds: Mapping[str, float]) -> Profiles:
+        """The profiles named in ``step_seconds``, with those step times instead of their own
+        (e.g. a recording's one-device steps, to predict what that machine measured)."""
+        return Profiles(
+            tuple(replace(self[name], step_seconds=s) for name, s in step_seconds.items())
+        )
 
     def caption(self) -> str:
         return f"batch {self.profiles[0].batch} per step, float32 gradients"

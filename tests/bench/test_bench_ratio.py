@@ -61,6 +61,22 @@ def test_predict_gives_back_the_measured_efficiency_and_scales_the_others():
     assert predict(profiles, 0.08, 0.06, 2).efficiency("deep") == 1.0
 
 
+def test_timed_profiles_predict_with_another_machines_steps():
+    profiles = Profiles(
+        (
+            ModelProfile("mnist_cnn", 1000, 10, 64),
+            ModelProfile("deep", 500, 400, 64, step_seconds=9.0),
+            ModelProfile("other", 10, 10, 64),
+        )
+    )
+    there = profiles.timed({"mnist_cnn": 0.02, "deep": 0.2})
+    assert [(p.name, p.step_seconds) for p in there] == [("mnist_cnn", 0.02), ("deep", 0.2)]
+    assert predict(there, 0.06, 0.08, 2).efficiency("deep") == pytest.approx(0.6 / 0.61)
+    assert profiles["deep"].step_seconds == 9.0  # the profiles themselves are unchanged
+    with pytest.raises(ConfigError, match="no profile 'vgg'"):
+        profiles.timed({"vgg": 1.0})
+
+
 def test_predict_refuses_what_it_cannot_estimate():
     timed = Profiles((ModelProfile("mnist_cnn", 1000, 10, 64, step_seconds=0.02),))
     with pytest.raises(ConfigError, match="2 or more workers"):
