@@ -556,8 +556,9 @@ def test_a_job_past_its_wait_is_cancelled_and_leaves_nothing(mini_slurm, tmp_pat
     sleeper = tmp_path / "sleep.py"
     sleeper.write_text("import time\ntime.sleep(600)\n")
     env = _job_env(tmp_path, str(sleeper))
-    with pytest.raises(pytest.fail.Exception, match="still running after 10 s") as info:
-        mini_slurm.submit(TEMPLATES / "multi_worker.sbatch", [], tmp_path / "s.out", env, 10)
+    # 20 s: time for sbatch, srun and two Python starts on a slow, loaded machine (3-5 s here)
+    with pytest.raises(pytest.fail.Exception, match="still running after 20 s") as info:
+        mini_slurm.submit(TEMPLATES / "multi_worker.sbatch", [], tmp_path / "s.out", env, 20)
     assert "worker-1 TF_CONFIG=" in str(info.value)  # its workers had started
     gone = lambda: not [p for p in marked_pids(mini_slurm.marker) if str(sleeper) in cmdline(p)]  # noqa: E731
     deadline = time.monotonic() + 60

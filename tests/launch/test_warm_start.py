@@ -204,7 +204,9 @@ def test_a_template_serves_the_next_job_counts_its_cpu_and_ends_when_idle(tmp_pa
     assert wait_until(lambda: not alive(template), 30)
     assert handle.wait_reaped(10) and handle.unreaped_cpu() == 0.0
     moved = _children_cpu() + warm_pool.forked_cpu_seconds() - total
-    assert -0.05 < moved < 0.5  # the same seconds, now counted by getrusage (plus its exit)
+    # The same seconds, now counted by getrusage, plus the template's exit: well under the
+    # import it had counted (counting it twice would move all of `counted`), on any CPU.
+    assert -0.05 < moved < counted / 4, (moved, counted)
     third = _start(_specs(tmp_path / "c", script, n=1, args=["0"]), **mark)
     assert _wait(third) == [0]
     assert int(third[0].spec.log_path.read_text().split()[-1]) != template  # a new one

@@ -156,11 +156,15 @@ def test_redraw_stays_cheap_with_thousands_of_points():
         dash.extend(_records(f"worker-{worker}", 5000))
     dash.refresh(force=True)  # the first draw pays for fonts and the background
     extra = _records("worker-0", 6000)[5002:5012]
+    cpu = []  # this process's CPU seconds per redraw: what other processes' load cannot inflate
     for record in extra:
+        start = time.process_time()
         dash.add(record)
         dash.redraw()
-    times = list(dash.redraw_seconds)[1:]
-    assert statistics.median(times) < 0.1, f"redraws took {[round(t, 3) for t in times]} s"
+        cpu.append(time.process_time() - start)
+    # 0.01-0.02 CPU-s where the suite was written: 3x to spare on a CPU 2.5x slower
+    assert statistics.median(cpu) < 0.1, f"redraws took {[round(t, 3) for t in cpu]} CPU-s"
+    assert len(dash.redraw_seconds) >= len(extra)  # every add was redrawn
     for line in dash.figure.axes[0].get_lines():
         assert len(line.get_xdata()) <= 400
     dash.finish()

@@ -95,7 +95,9 @@ def test_killed_task_fails_the_job_fast_naming_it(spark_cluster, data_env, tmp_p
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(WorkerFailedError) as failed:
         run.wait(timeout=60)
-    assert time.monotonic() - killed < 10, "the job took too long to fail"
+    # Seconds here (the task's wrapper sees its child die, Spark aborts the barrier stage);
+    # left alone, the other worker would wait in its all-reduce for TensorFlow's own timeout.
+    assert time.monotonic() - killed < 30, "the job took too long to fail"
     text = str(failed.value)
     assert "worker-1" in text and "Spark task 1" in text and "SIGKILL" in text, text
     assert "ends:" in text, text  # the worker's log tail
