@@ -9,6 +9,11 @@ the kit's cache and passed in ``CONTAINERS_CONF``, so nothing under ``/etc`` cha
   fails here too).
 - ``cgroup_manager = "cgroupfs"``: no systemd runs on the machine.
 - ``runtime = "runc"``: crun refuses cgroups in hybrid mode.
+- ``network_backend = "netavark"``: podman's current network stack, whose DNS server
+  (aardvark-dns) makes containers on one network find each other by name, as Docker's do.
+  Debian's podman falls back to CNI, without DNS, on a machine where podman ran before
+  netavark was installed (it remembers its first backend in ``defaultNetworkBackend`` under
+  its storage): a plain ``TF_CONFIG`` naming the containers would then never connect.
 
 Every command is an argv list (no shell); a missing tool is one :class:`ConfigError` naming
 the Debian packages.
@@ -26,7 +31,11 @@ from pathlib import Path
 from ddlkit import settings
 from ddlkit.errors import ConfigError
 
-PACKAGES = ("podman", "buildah", "runc", "mmdebstrap")
+PACKAGES = ("podman", "buildah", "runc", "mmdebstrap", "netavark", "aardvark-dns")
+# Where podman looks for its network helpers (containers.conf's helper_binaries_dir default).
+HELPER_DIRS = ("/usr/local/libexec/podman", "/usr/local/lib/podman", "/usr/libexec/podman",
+               "/usr/lib/podman")  # fmt: skip
+HELPERS = ("netavark", "aardvark-dns")
 
 
 def ulimits(nofile: int, nproc: int, pid_max: int) -> tuple[str, str]:
@@ -40,9 +49,11 @@ def conf_text(nofile: int, nproc: int, pid_max: int) -> str:
     """The ``containers.conf`` the kit runs podman and buildah with (pure)."""
     limits = ", ".join(f'"{u}"' for u in ulimits(nofile, nproc, pid_max))
     return (
-        "# Written by ddlkit (ddlkit.image.podman): this machine's limits, cgroupfs, runc.\n"
+        "# Written by ddlkit (ddlkit.image.podman): this machine's limits, cgroupfs, runc,\n"
+        "# netavark (names resolve between containers).\n"
         f"[containers]\ndefault_ulimits = [{limits}]\n"
         '[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\n'
+        '[network]\nnetwork_backend = "netavark"\n'
     )
 
 
@@ -64,9 +75,17 @@ def conf_path() -> Path:
     return path
 
 
-def require(*tools: str, path: str | None = None) -> None:
-    """ConfigError naming the packages when one of ``tools`` is not on PATH."""
+def missing_helpers(dirs: Sequence[str] = HELPER_DIRS) -> list[str]:
+    """The network helpers podman needs for names to resolve that none of ``dirs`` holds."""
+    return [h for h in HELPERS if not any(os.access(Path(d, h), os.X_OK) for d in dirs)]
+
+
+def require(*tools: str, path: str | None = None, helper_dirs: Sequence[str] = HELPER_DIRS) -> None:
+    """ConfigError naming the packages when one of ``tools`` is not on PATH, or podman's
+    network helpers are missing."""
     missing = [t for t in tools if shutil.which(t, path=path) is None]
+    if "podman" in tools:
+        missing += missing_helpers(helper_dirs)
     if missing:
         raise ConfigError(
             f"{', '.join(missing)} not found: containers need podman and buildah. Fix: as root, "
