@@ -126,9 +126,16 @@ def spark(spark_cluster, data_env, monkeypatch):
     builder = SparkSession.builder.master(spark_cluster.master_url).appName("ddlkit test")
     for key, value in session_conf(spark_cluster.master_url, 2).items():
         builder = builder.config(key, value)
+    # A SparkContext made in the main thread takes over SIGINT (its handler cancels its jobs)
+    # and leaves it so after stop(): later tests in this process that interrupt themselves
+    # (tests/interactive/test_live_mwms.py) would get the stopped context's handler.
+    previous = signal.getsignal(signal.SIGINT)
     session = builder.getOrCreate()
-    yield session
-    session.stop()
+    try:
+        yield session
+    finally:
+        session.stop()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_clusters_jvms_start_lean(spark, spark_cluster):
