@@ -163,7 +163,7 @@ def check(*, horovod: bool = True, data: bool = True) -> EnvReport:
                     f"not usable: {hv['error']}",
                     ok=False,
                     fix="only Horovod runs need it: scripts/build-horovod.sh .venv/bin/python "
-                    "(make lab does it; README, section Horovod)",
+                    "(make lab does it; docs/horovod.md)",
                     optional=True,
                 )
             )

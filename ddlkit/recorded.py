@@ -1,7 +1,7 @@
 """The course's recorded measurements (``notebooks/data/``), as named quantities.
 
-Every figure a lesson or the README quotes from a recording is one of these quantities, read
-from its file by the same readers the notebooks use (:mod:`ddlkit.bench.results` for the
+Every figure a lesson or a page of ``docs/`` quotes from a recording is one of these quantities,
+read from its file by the same readers the notebooks use (:mod:`ddlkit.bench.results` for the
 benchmark, :class:`ddlkit.horovod.timing.AllreduceTiming` for the all-reduce fits). A notebook
 prints the ones it talks about::
 

@@ -37,7 +37,7 @@ START_TIMEOUT = 60  # seconds horovodrun waits for every host to start its ranks
 NOT_FOUND = (
     "horovodrun was not found on PATH, so the horovod strategy cannot start. "
     "Fix: build and install it with scripts/build-horovod.sh .venv/bin/python "
-    "(make lab does it; README, section Horovod)."
+    "(make lab does it; docs/horovod.md)."
 )
 
 

@@ -1,8 +1,8 @@
 """The course's prose against its recordings: every measured-looking number is accounted for.
 
-A *place* is a notebook (by its stem; ``solutions/<stem>`` for a worked solution) or
-``README``; its prose is the notebook's markdown
-cells (or the README), without code (fenced blocks and inline code spans). The claims of a
+A *place* is a notebook (by its stem; ``solutions/<stem>`` for a worked solution), the
+``README`` or a page of ``docs/`` (``docs/<stem>``); its prose is the notebook's markdown
+cells (or the page), without code (fenced blocks and inline code spans). The claims of a
 place are ``notebooks/data/claims/<place>.toml``::
 
     [[claim]]                      # a number read from a recording
@@ -18,8 +18,8 @@ Rules (tests/notebooks/test_claims.py): every quote stands in its place; a claim
 equal their quantities at the precision they are written with (``0.89`` is 0.885 to 0.895,
 ``8,986`` is 8,985.5 to 8,986.5, ``89%`` is 0.885 to 0.895 of a ratio); every number the
 prose writes with a unit of measurement (examples/s, ms, GB/s, %, ...), and every table cell
-that is a bare number, stands inside a claim's or an unrecorded quote; and no lesson names a
-date, a time or an issue number.
+that is a bare number, stands inside a claim's or an unrecorded quote; and no lesson (a
+notebook) names a date, a time or an issue number.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ DATED = re.compile(
 
 def prose_of(place: str) -> str:
     """The place's prose: markdown without fenced code or inline code spans."""
-    if place == "README":
-        text = (ROOT / "README.md").read_text()
+    if place == "README" or place.startswith("docs/"):
+        text = (ROOT / f"{place}.md").read_text()
     else:
         nb = json.loads((NOTEBOOKS / f"{place}.ipynb").read_text())
         text = "\n\n".join(
@@ -85,10 +85,17 @@ class Unrecorded:
 
 
 def places() -> list[str]:
-    """Every notebook by its stem (``solutions/<stem>`` for a worked solution) and README."""
+    """Every notebook by its stem (``solutions/<stem>`` for a worked solution), README and
+    every page of ``docs/`` (``docs/<stem>``)."""
     stems = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
     solutions = sorted(f"solutions/{p.stem}" for p in (NOTEBOOKS / "solutions").glob("*.ipynb"))
-    return [*stems, *solutions, "README"]
+    pages = sorted(f"docs/{p.stem}" for p in (ROOT / "docs").glob("*.md"))
+    return [*stems, *solutions, "README", *pages]
+
+
+def is_lesson(place: str) -> bool:
+    """Whether the place is a notebook (a lesson or a worked solution)."""
+    return place != "README" and not place.startswith("docs/")
 
 
 def load(place: str) -> tuple[list[Claim], list[Unrecorded]]:
@@ -158,6 +165,26 @@ def unaccounted(place: str, quotes: list[str]) -> list[str]:
             lo, hi = max(0, m.start() - 40), min(len(text), m.end() + 20)
             out.append(f"{place}: {m.group()!r} in '...{text[lo:hi]}...'")
     return out
+
+
+# a citation of a source line: a link anchor (#L120), file:line (ops.cc:88) or "line 120"
+LINE_CITED = re.compile(
+    r"#L\d+|\.(?:py|pyx|cc|h|cpp|c|rst|md|txt|toml|go|java|scala):\d+|\blines? \d+", re.I
+)
+
+
+def line_citations(place: str) -> list[str]:
+    """Source line numbers the place cites: the next release moves them (cite a file and a
+    function, a docstring or a page instead). Markdown and code cells alike."""
+    if not is_lesson(place):
+        text = prose_of(place)
+    else:
+        nb = json.loads((NOTEBOOKS / f"{place}.ipynb").read_text())
+        text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    return [
+        f"{place}: {m.group()!r} in '...{text[max(0, m.start() - 50) : m.end() + 20]}...'"
+        for m in LINE_CITED.finditer(text)
+    ]
 
 
 def dated(place: str) -> list[str]:

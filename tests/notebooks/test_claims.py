@@ -41,10 +41,16 @@ def test_every_measured_number_in_prose_is_accounted_for(place):
     )
 
 
-@pytest.mark.parametrize("place", [p for p in PLACES if p != "README"])
+@pytest.mark.parametrize("place", [p for p in PLACES if cl.is_lesson(p)])
 def test_lessons_name_no_dates_times_or_issues(place):
     found = cl.dated(place)
     assert not found, "a lesson says what is true now:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_sources_are_cited_by_file_and_function_not_line(place):
+    found = cl.line_citations(place)
+    assert not found, "cite a file and a function (or a page), never a line:\n" + "\n".join(found)
 
 
 # -- the rules themselves, on made-up prose ------------------------------------------------
