@@ -281,7 +281,7 @@ def train_and_measure(
 ):
     """Train the data set's tutorial CNN under ``strategy`` with a live plot; its Result.
 
-    What notebook 01's sections 6 and 9-11 write out, in one call: the global batch is
+    What notebook 01's sections 6 and 8-10 write out, in one call: the global batch is
     ``per_replica_batch x replicas``; the input is a ``dataset_fn(input_context)`` that
     shards by input pipeline and batches by ``input_context.get_per_replica_batch_size``,
     given to ``strategy.distribute_datasets_from_function`` without options (one input

@@ -9,7 +9,7 @@ variables, workers running what the chief schedules), two other update rules:
   round start, so every worker reads the new weights. Gradients are never stale. A second
   push from a worker that already pushed this round is refused, as ``dist_sync`` waits for
   every worker (TensorFlow 1's ``SyncReplicasOptimizer`` took any ``replicas_to_aggregate``
-  pushes instead); notebook 03's ``workers/ps_rules.py`` is the same round without the refusal.
+  pushes instead); notebook 03a's ``workers/ps_rules.py`` is the same round without the refusal.
 - ``--mode downpour`` (Dean et al. 2012): each worker keeps a local copy of the weights,
   takes plain SGD steps on it (``--local-lr``), pushes the gradients it accrued every
   ``--n-push`` steps (the ps applies them with the optimizer at once, no waiting) and

@@ -54,7 +54,7 @@ def check_strategy(strategy: str) -> None:
         raise ConfigError(
             f"dk.workers(strategy={strategy!r}): live workers are for strategies of several "
             f"processes. Fix: use one of {', '.join(STRATEGIES)}; MirroredStrategy runs in this "
-            f"notebook's own process (tf.distribute.MirroredStrategy(), notebook 02)."
+            f"notebook's own process (tf.distribute.MirroredStrategy(), notebook 01)."
         )
 
 

@@ -22,10 +22,11 @@ Every preset is public specification, not measurement:
   ring edge could use them all: NCCL gets there only with several rings over the links,
   so inside a server the presets are optimistic.
 - nodes: ``nics`` is how many network ports of the ``inter`` link a node has (a DGX A100
-  has 8 HDR ports, one per GPU; a cloud VM usually one). Every term that crosses the
-  network uses the node's aggregate bandwidth, ``nics x`` the link's, with at most one
-  port per accelerator (:attr:`Hardware.node_link`). Whole machines as built are in
-  :mod:`ddlkit.scale.nodes`.
+  has 8 HDR ports, one per GPU; a cloud VM usually one). The model assumes every term that
+  crosses the network uses the node's aggregate bandwidth, ``nics x`` the link's, with at most
+  one port per accelerator (:attr:`Hardware.node_link`): one ring per port, as NCCL spreads its
+  rings over a node's NICs; a library that drives one port at a time gets less. Whole machines
+  as built are in :mod:`ddlkit.scale.nodes`.
 """
 
 from __future__ import annotations

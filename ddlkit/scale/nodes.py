@@ -5,10 +5,13 @@
 
 A node preset is a :class:`~ddlkit.scale.hardware.Hardware` built from the vendor's
 description of the machine. What matters for the network terms is how many ports a node
-has: a DGX gives each GPU its own InfiniBand port ("rail"), so the hierarchical and
-inter-node terms use eight times one port's bandwidth; a cloud VM of the same GPUs may have
-one NIC for all eight. Sources (checked against the vendor's pages where a copy could be read;
-the DGX port counts are NVIDIA's user guides' hardware overviews):
+has: a DGX A100 or DGX H100 gives each of its 8 GPUs its own InfiniBand port ("rail"), a
+DGX-1 has 4 EDR ports for its 8 GPUs, and a cloud VM of the same GPUs may have one NIC for all
+eight. The model assumes every term that leaves a node uses all its ports at once, at most one
+per GPU (one ring per rail, as NCCL spreads its rings over a node's NICs), so on a DGX A100 the
+hierarchical and inter-node terms get eight times one port's bandwidth. Sources (checked
+against the vendor's pages where a copy could be read; the DGX port counts are NVIDIA's user
+guides' hardware overviews):
 
 - DGX A100: 8 A100 SXM4 on NVSwitch (NVLink 3, 600 GB/s per GPU both ways), 8 single-port
   ConnectX-6 HDR 200 Gb/s InfiniBand for the compute fabric (NVIDIA DGX A100 User Guide,
@@ -20,7 +23,7 @@ the DGX port counts are NVIDIA's user guides' hardware overviews):
   (AWS EC2 P2 instance table; Apache SINGA's benchmark page describes the same machine).
 - horovod-pascal: Horovod's benchmark servers, "4 Pascal GPUs each connected by RoCE-capable
   25 Gbit/s network" (Horovod docs/benchmarks.rst); assumed where the source is silent: P100
-  PCIe cards on PCIe 3.0.
+  PCIe cards on PCIe 3.0, and RDMA over that network.
 - big-basin: Facebook's Big Basin server of Goyal et al. 2017 (arXiv:1706.02677, Section 5):
   8 P100 joined by NVLink, 50 Gbit Ethernet.
 """
@@ -80,7 +83,7 @@ NODES = {
         Node(
             "horovod-pascal",
             hardware("P100-PCIe", per_node=4, intra="PCIe3", inter="RoCE-25"),
-            "Horovod docs/benchmarks.rst (PCIe cards assumed)",
+            "Horovod docs/benchmarks.rst (PCIe cards and RDMA assumed)",
         ),
         Node(
             "big-basin",

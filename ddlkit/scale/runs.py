@@ -11,7 +11,8 @@ Sources (every number below is read from them; efficiency = N-GPU images/s / (N 
   size=64)" images/s: the compute of these runs.
 - Horovod's scaling charts on the same kind of servers: 128 GPUs (README of commit
   6bb6a2db: 90%, 90%, 79%) and 512 GPUs (docs/benchmarks.rst, from commit 8318a898: 90%,
-  90%, 68%), over the RoCE (RDMA) network. Their compute: the 25 Gbit/s table's single-GPU
+  90%, 68%), over a "RoCE-capable 25 Gbit/s network" (RDMA assumed: the source does not say it
+  was used). Their compute: the 25 Gbit/s table's single-GPU
   rates, the same servers assumed.
 - TensorFlow's benchmarks page (tensorflow/docs ``site/en/r1/guide/performance/
   benchmarks.md``, "Details for Amazon EC2 Distributed (NVIDIA Tesla K80)", "Training

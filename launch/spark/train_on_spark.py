@@ -1,6 +1,6 @@
 """MNIST from Parquet, trained with MultiWorkerMirroredStrategy as one Spark barrier stage.
 
-A driver program for spark-submit: notebook 10's sections 3, 7 and 9 in one file. Each task
+A driver program for spark-submit: notebook 10's sections 3, 5 and 6 in one file. Each task
 reads only its own partition, builds TF_CONFIG from its barrier context, trains, and returns
 its numbers and the last lines of what it printed; the driver prints them. So nothing needs a
 disk that the driver and the executors share, except the Parquet data itself (HDFS, S3, an

@@ -1,9 +1,9 @@
-"""Notebook 01's own code, run outside the notebook.
+"""Notebooks 01 and 01a: their own code, run outside the notebook.
 
-- ``workers/mirrored_worker.py``, as its ``%%writefile`` cell writes it, runs by hand where
-  ``import ddlkit`` fails, trains on 2 logical CPU devices and prints its accuracy line; its
-  allocator line is marked ``[speed]``, not ``[dist]``.
-- The hand-written training loop of section 8 (the cells tagged ``loop-check``) gives
+- Notebook 01's ``workers/mirrored_worker.py``, as its ``%%writefile`` cell writes it, runs by
+  hand where ``import ddlkit`` fails, trains on 2 logical CPU devices and prints its accuracy
+  line; its allocator line is marked ``[speed]``, not ``[dist]``.
+- Notebook 01a's hand-written training loop (the cells tagged ``loop-check``) gives
   ``model.fit``'s loss at every step within the notebook's tolerance, on 2 logical CPU
   devices; and the same check fails for the two classic scaling mistakes, so it can fail.
 
@@ -23,6 +23,7 @@ import pytest
 from harness.nbscripts import NOTEBOOKS, extract, no_ddlkit_env, write_scripts
 
 NOTEBOOK = NOTEBOOKS / "01_mirrored_strategy.ipynb"
+LOOP_NOTEBOOK = NOTEBOOKS / "01a_mirrored_custom_loop.ipynb"
 WORKER = "workers/mirrored_worker.py"
 TAG = "loop-check"
 
@@ -51,8 +52,9 @@ def test_mirrored_worker_runs_by_hand_without_ddlkit(data_env, tmp_path):
 
 
 def test_the_worker_script_marks_speed_settings_apart_from_distribution():
-    """`# [dist]` is for lines there (or different) because training is distributed; the allocator only makes the
-    script faster (`# [speed]`), and the Keras choice is the course's, not distribution's."""
+    """`# [dist]` is for lines there (or different) because training is distributed; the
+    allocator only makes the script faster (`# [speed]`), and the Keras choice is the course's,
+    not distribution's."""
     text = extract(NOTEBOOK)[WORKER]
     lines = {
         name: next(line for line in text.splitlines() if f'"{name}"' in line)
@@ -66,7 +68,7 @@ def test_the_worker_script_marks_speed_settings_apart_from_distribution():
 
 
 def _tagged_cells() -> list[str]:
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    cells = json.loads(LOOP_NOTEBOOK.read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells if TAG in c["metadata"].get("tags", [])]
     assert any("def dataset_fn" in s for s in sources), f"no {TAG!r} cell defines dataset_fn"
     assert "assert difference.max() < rtol" in sources[-1], "the last tagged cell is the check"
@@ -116,7 +118,7 @@ def test_custom_loop_matches_fit_and_the_check_catches_scaling_mistakes(data_env
     first_loop = next(i for i, s in enumerate(sources) if "def dataset_fn" in s)
     setup, loop = sources[:first_loop], sources[first_loop:]
     for old, _ in MISTAKES.values():
-        assert any(old in s for s in loop), f"notebook 01's loop no longer contains {old!r}"
+        assert any(old in s for s in loop), f"notebook 01a's loop no longer contains {old!r}"
     variants = {"as written": ("", ""), **MISTAKES}
     spec = tmp_path / "cells.json"
     spec.write_text(json.dumps([setup, loop, variants]))

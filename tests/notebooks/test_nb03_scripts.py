@@ -1,14 +1,15 @@
-"""Notebook 03's parameter-server code, run as real processes on loopback.
+"""The parameter-server code of notebooks 03 and 03a, run as real processes on loopback.
 
 One cluster (two ps tasks, two workers), its servers started from ``workers/ps_worker.py``
 (the script notebook 03 writes) where ddlkit cannot be imported, serves three chiefs in turn
 (a server runs whatever a chief sends it, and each chief brings its own variables):
 
-- workers/ps_worker.py by hand without ddlkit: ``fit`` and the ``schedule`` loop train and the
-  chief prints its accuracy; variables of 256 KiB or more are split across the two ps tasks;
-- workers/ps_rules.py by hand without ddlkit: the synchronous round's update is the mean of
-  the pushes, one update per round; Downpour pushes once per n_push steps, and its
-  ``forward`` is the model;
+- workers/ps_worker.py (notebook 03) by hand without ddlkit: ``fit`` and the ``schedule`` loop
+  train and the chief prints its accuracy; variables of 256 KiB or more are split across the
+  two ps tasks;
+- workers/ps_rules.py (notebook 03a, which imports 03's ps_worker.py) by hand without ddlkit:
+  the synchronous round's update is the mean of the pushes, one update per round; Downpour
+  pushes once per n_push steps, and its ``forward`` is the model;
 - launch/train_ps_modes.py's own SyncPS and Downpour classes, driven by a small chief: the
   synchronous parameter server applies exactly one update per round, the mean of one push
   from every worker; Downpour pushes every n_push steps and pulls every n_fetch steps
@@ -34,7 +35,8 @@ from ddlkit.cluster.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
-NOTEBOOK = NOTEBOOKS / "03_parameter_server.ipynb"
+NOTEBOOK = NOTEBOOKS / "03_parameter_server.ipynb"  # workers/ps_worker.py
+RULES_NOTEBOOK = NOTEBOOKS / "03a_update_rules.ipynb"  # workers/ps_rules.py
 WORKERS, PS = 2, 2
 
 # A chief of its own: the kit's synchronous rounds first, then Downpour on a new optimizer.
@@ -150,7 +152,7 @@ def run_chief(argv: list[str], env: dict, ports: list[int], cwd: Path):
 def chiefs(tmp_path_factory) -> dict:
     """Start the servers once, run the three chiefs one after the other, kill the servers."""
     tmp = tmp_path_factory.mktemp("nb03")
-    scripts = write_scripts(NOTEBOOK, tmp)
+    scripts = write_scripts(NOTEBOOK, tmp) | write_scripts(RULES_NOTEBOOK, tmp)
     ports = free_ports(1 + PS + WORKERS)
     bare = no_ddlkit_env(tmp)  # the notebook's scripts: no ddlkit
     kit = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

@@ -1,5 +1,8 @@
 """Notebook 05's Horovod scripts, run by hand under horovodrun where ddlkit cannot be imported.
 
+Notebook 05a (and its solutions) run notebook 05's training script, taken out of notebook 05
+with ``dk.lesson.scripts``; a test checks that the script they name is one 05 writes.
+
 ``workers/hvd_hello.py``, ``workers/hvd_worker.py`` and ``workers/hvd_ctl.py`` are taken out
 of the committed notebook and started as the notebook tells a learner to:
 ``horovodrun -np 2 -H localhost:2 --gloo python workers/<script>.py``, with an environment
@@ -12,6 +15,7 @@ those lines they must still be Python, and name Horovod nowhere.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -31,6 +35,7 @@ from ddlkit import settings
 from ddlkit.launch import plan
 
 NOTEBOOK = NOTEBOOKS / "05_horovod.ipynb"
+TRANSPORTS = NOTEBOOKS / "05a_horovod_transports.ipynb"  # runs 05's WORKER, takes no script
 HELLO, WORKER, CTL = "workers/hvd_hello.py", "workers/hvd_worker.py", "workers/hvd_ctl.py"
 TIMEOUT = 900  # seconds; two TensorFlow ranks on a loaded 2-core machine
 RANK_LINE = re.compile(r"^\[(\d)\]<stdout>:(.*)$", re.MULTILINE)
@@ -123,6 +128,23 @@ def test_scripts_import_tensorflow_and_horovod_and_ddlkit_only_guarded():
         top = [ast.unparse(n) for n in ast.parse(text).body]
         keras = next(i for i, line in enumerate(top) if "TF_USE_LEGACY_KERAS" in line)
         assert keras < top.index("import tensorflow as tf"), "choose tf-keras before TF loads"
+
+
+@pytest.mark.parametrize(
+    "notebook", [TRANSPORTS, NOTEBOOKS / "solutions" / "05a_horovod_transports.ipynb"]
+)
+def test_05a_runs_the_training_script_that_notebook_05_writes(notebook):
+    code = "\n".join(
+        "".join(c["source"])
+        for c in json.loads(notebook.read_text())["cells"]
+        if c["cell_type"] == "code"
+    )
+    assert not extract(notebook), "05a writes no script of its own: it runs notebook 05's"
+    taken = re.findall(r'dk\.lesson\.scripts\("((?:\.\./)?05_horovod\.ipynb)"', code)
+    assert taken, "05a takes its scripts out of notebook 05 with dk.lesson.scripts"
+    assert (notebook.parent / taken[0]).resolve() == NOTEBOOK.resolve()
+    names = set(re.findall(r'\["(workers/[\w.]+)"\]', code))
+    assert names and names <= set(extract(NOTEBOOK)), names  # e.g. ["workers/hvd_worker.py"]
 
 
 @pytest.mark.parametrize("name", [WORKER, CTL])

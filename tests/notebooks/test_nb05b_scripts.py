@@ -5,11 +5,14 @@ The scripts are taken out of the committed notebook. ``workers/nb05b_sparse.py``
 rows and the one trained with ``sparse_as_dense=True`` must end with the same weights.
 ``workers/nb05b_cifar_mwms.py`` runs on two MultiWorkerMirrored workers started by hand: every
 checkpoint format must be written once, by the chief, and no worker's temporary folder left.
+What the lesson says of tf-keras' ``SGD`` (both ways update the whole table) is read from the
+installed source.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -76,6 +79,28 @@ def test_scripts_import_tensorflow_horovod_numpy_and_each_other_only():
     }
     assert not any(name.startswith("horovod") for name in top), top
     assert "hvd.load_model(path)" in scripts[LOAD] and "compile=False" in scripts[LOAD]
+
+
+def test_sgd_updates_the_whole_table_for_indexed_slices_too():
+    """Section 5: tf-keras' SGD builds a momentum slot for every variable, whatever
+    `momentum` is, and its IndexedSlices branch scales the whole slot and adds it to the whole
+    variable, so the update is whole-table both ways (read without importing TensorFlow)."""
+    spec = importlib.util.find_spec("tf_keras")
+    assert spec and spec.submodule_search_locations, "tf-keras is not installed"
+    path = Path(spec.submodule_search_locations[0]) / "src" / "optimizers" / "sgd.py"
+    tree = ast.parse(path.read_text())
+    sgd = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SGD")
+    methods = {n.name: n for n in sgd.body if isinstance(n, ast.FunctionDef)}
+    build = methods["build"]
+    conditions = [ast.unparse(n.test) for n in ast.walk(build) if isinstance(n, ast.If)]
+    assert "self.momentums.append" in ast.unparse(build), ast.unparse(build)
+    assert not any("momentum" in c for c in conditions), conditions  # a slot whatever momentum
+    step = methods["update_step"]
+    ifs = [n for n in ast.walk(step) if isinstance(n, ast.If)]
+    sparse = next(n for n in ifs if "IndexedSlices" in ast.unparse(n.test))
+    branch = "\n".join(ast.unparse(s) for s in sparse.body)
+    assert "m.assign(m * momentum)" in branch and "variable.assign_add(m)" in branch, branch
+    assert "m = self.momentums[" in ast.unparse(step), ast.unparse(step)
 
 
 @pytest.mark.parametrize("name", [TEXT, HVD])
