@@ -117,8 +117,12 @@ class BuildPlan:
     digest: str = ""  # context_digest(): the image's label
 
     def argv(self) -> list[str]:
-        # --force-rm: a failed step leaves no working container behind (a full disk, say)
-        argv = ["buildah", "bud", "--isolation", "oci", "--layers", "--force-rm", "--tag", self.tag]
+        # --force-rm: a failed step leaves no working container behind (a full disk, say).
+        # --network host: the steps only fetch packages, and on a machine where podman first
+        # ran with CNI its stale bridge (cni-podman0) keeps the default network's subnet, which
+        # leaves a container on that network no way out.
+        argv = ["buildah", "bud", "--isolation", "oci", "--network", "host", "--layers",
+                "--force-rm", "--tag", self.tag]  # fmt: skip
         if self.digest:
             argv += ["--label", f"{CONTEXT_LABEL}={self.digest}"]
         argv += ["--build-arg", f"BASE={self.base}", "--file", str(self.context / "Containerfile")]

@@ -343,8 +343,9 @@ def pod_containers(manifest: Manifest) -> Iterator[PodContainers]:
     its containers, the network and the MPIJob's Secret and hostfile are gone.
 
     The network's bridge, and so this machine's address on it (``gateway``, where a
-    collector can listen), exists once a container has joined it: a container of the
-    manifest's image that runs ``true`` joins it first.
+    collector can listen), exists only while a container is on it (netavark removes it when
+    the last one leaves): a container of the manifest's image that only sleeps holds it for
+    the block, as a pod's pause container holds its network on Kubernetes.
     """
     if manifest.kind not in ("job", "mpijob"):
         _container(manifest)  # the ConfigError that names the kinds that can be played
@@ -364,10 +365,12 @@ def pod_containers(manifest: Manifest) -> Iterator[PodContainers]:
     try:
         info = json.loads(podman.run(["podman", "network", "inspect", network]).stdout)[0]
         subnet = info["subnets"][0]["subnet"]
-        gateway, pods = addresses(subnet, len(hosts))
+        gateway, ips = addresses(subnet, len(hosts) + 1)
         gateway = info["subnets"][0].get("gateway", gateway)
-        podman.run(["podman", "run", "--rm", "--network", network, "--label", f"{LABEL}={run}",
-                    "--entrypoint", "true", image], timeout=60)  # fmt: skip
+        pods, holder = ips[:-1], ips[-1]  # the pods' addresses, then the holder's
+        podman.run(["podman", "run", "--detach", "--name", f"{network}-holder", "--network",
+                    network, "--ip", holder, "--label", f"{LABEL}={run}", "--entrypoint", "sleep",
+                    image, "infinity"], timeout=60)  # fmt: skip
         yield PodContainers(
             plan.name, manifest.kind, run, network, gateway, pods, tuple(hosts), etc
         )

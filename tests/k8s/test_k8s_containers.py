@@ -71,6 +71,7 @@ def test_the_build_is_one_argv_with_the_base_and_the_caches_as_volumes(tmp_path)
     assert "/h/uv:/cache/uv" in argv and "/h/bin:/cache/bin:ro" in argv
     assert ["--isolation", "oci"] == argv[2:4]  # chroot isolation crashes Horovod's check
     assert "--force-rm" in argv  # a failed step leaves no working container
+    assert ["--network", "host"] == argv[argv.index("--network") :][:2]  # no bridge needed
     assert build.base_digest() != build.base_digest(packages=("python3",))
 
 
