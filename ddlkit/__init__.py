@@ -15,47 +15,31 @@ _backend.select()
 
 __version__ = "0.1.0"
 
+# What each name under ``dk.`` loads. The lessons' helpers live in ddlkit/lessons/, apart from
+# the machinery, and keep their lesson's name here: dk.mirrored, dk.ps, dk.faults...
 _SUBMODULES = {
-    "backend",
-    "bench",
-    "check",
-    "cluster",
-    "contract",
-    "data",
-    "env",
-    "environments",
-    "errors",
-    "faults",
-    "horovod",
-    "hosts",
-    "interactive",
-    "k8s",
-    "launch",
-    "lesson",
-    "memory",
-    "metrics",
-    "mirrored",
-    "models",
-    "parallel",
-    "plots",
-    "ps",
-    "recorded",
-    "replicas",
-    "results",
-    "scale",
-    "settings",
-    "slurm",
-    "spark",
-    "strategies",
-    "where",
-}
+    name: f"ddlkit.{name}"
+    for name in (
+        "backend", "bench", "check", "cluster", "contract", "data", "env", "environments",
+        "errors", "horovod", "hosts", "interactive", "k8s", "launch", "lessons", "metrics",
+        "models", "parallel", "plots", "recorded", "results", "scale", "settings", "slurm",
+        "spark", "strategies", "where",
+    )
+} | {
+    "faults": "ddlkit.lessons.faults",
+    "lesson": "ddlkit.lessons.scripts",
+    "memory": "ddlkit.lessons.memory",
+    "mirrored": "ddlkit.lessons.mirrored",
+    "ps": "ddlkit.lessons.ps",
+    "replicas": "ddlkit.lessons.replicas",
+}  # fmt: skip
 # Functions of a submodule offered at the top: dk.workers(2, strategy=...).
 _FUNCTIONS = {"workers": "ddlkit.interactive.session"}
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        module = importlib.import_module(f"ddlkit.{name}")
+        module = importlib.import_module(_SUBMODULES[name])
         globals()[name] = module
         return module
     if name in _FUNCTIONS:

@@ -26,9 +26,10 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 import tensorflow as tf  # [dist]
 from _common import add_eval_flags, held_out_evals, parse_args, report, test_accuracy
 
-from ddlkit import data, metrics, models, replicas  # [dist] replicas
+from ddlkit import data, metrics, models
 from ddlkit.contract import REPLICAS_VAR  # [ddlkit] how `ddlkit launch -n N` passes N
 from ddlkit.data import pipeline
+from ddlkit.lessons import replicas  # [dist] replicas
 
 DEFAULT_REPLICAS = 2  # [dist]
 

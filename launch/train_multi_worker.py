@@ -32,8 +32,9 @@ from _common import (  # [speed] _common also sets TF_CPU_ALLOCATOR_USE_BFC (see
     test_accuracy,
 )
 
-from ddlkit import data, faults, metrics, models
+from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
+from ddlkit.lessons import faults
 from ddlkit.local_logs import local_step_logs  # [dist] [speed]
 
 

@@ -15,8 +15,8 @@ Every worker saves (a save may need all of them), but only the chief writes
 into these directories. tf-keras' callbacks (BackupAndRestore, TensorBoard)
 apply that rule themselves; for the checkpoint the script does: the others
 write into a temporary directory next to it and delete it (TensorFlow's rule;
-``ddlkit.faults.write_dir``). The chief is TensorFlow's: the ``chief`` task,
-else worker 0 (``ddlkit.faults.is_chief``). The result reports the epoch
+``ddlkit.lessons.faults.write_dir``). The chief is TensorFlow's: the ``chief`` task,
+else worker 0 (``ddlkit.lessons.faults.is_chief``). The result reports the epoch
 training started from (``initial_epoch``).
 
 Lines that exist only for distribution end with ``# [dist]``.
@@ -50,8 +50,9 @@ import ddlkit  # noqa: F401  (chooses tf-keras before TensorFlow loads)
 import tensorflow as tf
 from _common import parse_args, report, test_accuracy
 
-from ddlkit import data, faults, metrics, models
+from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
+from ddlkit.lessons import faults
 
 
 def absolute_dir(value: str) -> str:

@@ -5,7 +5,7 @@ their TF_CONFIG and wait in ``join()``: they run whatever the coordinator sends 
 chief is the coordinator: it builds the model with its variables on the ps tasks (those of
 ``--min-shard-bytes`` or more sharded across them, the others whole, in turn), and a
 ``ClusterCoordinator`` ``schedule()``s training steps, up to ``--steps-per-execution`` of
-them per scheduled function (the same number in each: ``ddlkit.ps.call_size``), which run on
+them per scheduled function (the same number in each: ``ddlkit.lessons.ps.call_size``), which run on
 whichever worker is free, and ``join()``s every ``--report-every`` steps and at each
 evaluation.
 
@@ -42,9 +42,10 @@ import numpy as np
 import tensorflow as tf
 from _common import final_test_set, parse_args, report
 
-from ddlkit import data, metrics, models, ps
+from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
 from ddlkit.errors import ConfigError
+from ddlkit.lessons import ps
 
 # Steps per scheduled function. Each scheduled function is a round trip chief -> worker, and
 # a join waits for the queue to drain: TensorFlow's PS tutorial calls packing steps into one

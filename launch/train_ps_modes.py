@@ -48,9 +48,10 @@ import tensorflow as tf
 from _common import final_test_set, parse_args, report
 from train_parameter_server import Evaluator, serve
 
-from ddlkit import data, metrics, models, ps
+from ddlkit import data, metrics, models
 from ddlkit.data import pipeline
 from ddlkit.errors import ConfigError
+from ddlkit.lessons import ps
 
 MAX_PERIOD = 32  # Downpour steps unrolled into one scheduled function
 # Seconds a synchronous round waits for every worker's push before it gives up on one. A

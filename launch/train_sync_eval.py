@@ -5,7 +5,7 @@ which train_multi_worker.py also has, off by default): every ``--eval-every`` st
 chief (worker 0 when the cluster has no ``chief`` task) evaluates the weights on the first
 ``--eval-examples`` test images and reports an ``eval`` event with the training time so far
 (evaluation time left out). The parameter server scripts report the same events, so
-``ddlkit.ps.compare_runs`` can put synchronous and asynchronous training on one time axis.
+``ddlkit.lessons.ps.compare_runs`` can put synchronous and asynchronous training on one time axis.
 
 Lines that exist only for distribution carry a ``[dist]`` comment.
 

@@ -1,4 +1,4 @@
-"""ddlkit.faults: chief-only write dirs, waiting for backups, the resume point."""
+"""ddlkit.lessons.faults: chief-only write dirs, waiting for backups, the resume point."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import pytest
 from harness.procutil import wait_until
 
-from ddlkit import faults
 from ddlkit.errors import ConfigError, DdlkitError, JobTimeoutError, WorkerFailedError
 from ddlkit.launch import run as run_mod
+from ddlkit.lessons import faults
 from ddlkit.where import ThisMachine
 
 # -- chief-only files --------------------------------------------------------------------------
@@ -124,7 +124,7 @@ UNPINNED = ThisMachine(pin_cores=False)  # fake workers: no cores of their own
 FAKE_WORKER = textwrap.dedent(
     """
     import argparse, os, sys, time
-    from ddlkit import faults
+    from ddlkit.lessons import faults
     from ddlkit.metrics import Reporter
 
     p = argparse.ArgumentParser()
@@ -324,6 +324,6 @@ def test_resume_reporter_out_of_order_or_without_its_callback_is_a_clear_error(t
 def test_importing_faults_loads_no_tensorflow():
     import subprocess
 
-    code = "import ddlkit.faults, sys; print('tensorflow' in sys.modules)"
+    code = "import ddlkit.lessons.faults, sys; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

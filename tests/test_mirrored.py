@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ddlkit.launch import run as run_mod
-from ddlkit.mirrored import short_device
+from ddlkit.lessons.mirrored import short_device
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "launch" / "train_mirrored.py"
@@ -25,7 +25,7 @@ PRELUDE = """
 import json
 import numpy as np
 import ddlkit as dk
-from ddlkit import mirrored
+from ddlkit.lessons import mirrored
 plan = dk.replicas.devices(2)
 import tensorflow as tf
 strategy = tf.distribute.MirroredStrategy(list(plan))

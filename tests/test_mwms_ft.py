@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from harness.procutil import alive
 
-from ddlkit import faults
 from ddlkit.errors import WorkerFailedError
 from ddlkit.launch import run as run_mod
+from ddlkit.lessons import faults
 from ddlkit.metrics import load_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import time
 import pytest
 from harness.factories import step_record
 
-from ddlkit import ps
 from ddlkit.errors import DdlkitError
+from ddlkit.lessons import ps
 from ddlkit.metrics import Record
 from ddlkit.metrics.store import JsonlWriter, metrics_path
 

@@ -1,4 +1,4 @@
-"""ddlkit.memory, and notebook 04b's counts against real variables: one replica, mirrored
+"""ddlkit.lessons.memory, and notebook 04b's counts against real variables: one replica, mirrored
 replicas, the stages of a split model and the ps tasks of a parameter-server cluster."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import ddlkit  # noqa: F401  (chooses Keras before TensorFlow is imported)
-from ddlkit import memory, models
+from ddlkit import models
 from ddlkit.backend import keras
 from ddlkit.errors import ConfigError
+from ddlkit.lessons import memory
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -124,7 +125,7 @@ LAYOUTS = textwrap.dedent(
     import numpy as np
     import ddlkit as dk
     import tensorflow as tf
-    from ddlkit import memory
+    from ddlkit.lessons import memory
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

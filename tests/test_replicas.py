@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ddlkit.errors import ConfigError
-from ddlkit.replicas import devices, split_cpu
+from ddlkit.lessons.replicas import devices, split_cpu
 
 
 def run(code: str) -> dict:

@@ -60,7 +60,7 @@ RESNET_DATASET = "cifar10"
 RESNET_STEPS = {"quick": 20, "full": 30}
 # eval_every: a multiple of launch/train_parameter_server.py's --report-every (20), so its
 # chief's joins for evaluations and reports coincide: every scheduled function then runs
-# 10 steps and each worker gets one between joins (ddlkit.ps.call_size). Every 25 split
+# 10 steps and each worker gets one between joins (ddlkit.lessons.ps.call_size). Every 25 split
 # each 25 steps into 20 on both workers and 5 on one: PS-x2 3,266 against 4,682 examples/s
 # (50 steps, 2 runs each, measured on this 2-core machine).
 QUICK = {"steps": 50, "repeats": 2, "eval_every": 20}

@@ -5,7 +5,7 @@ A worker script reports each evaluation on held-out data as an ``eval`` event
 loss=...)``; ``train_seconds`` leaves evaluation time out). Everything that reads them
 goes through :func:`eval_points`: the benchmark's time to a target accuracy
 (:mod:`ddlkit.bench.stats`) and its held-out curves (:mod:`ddlkit.bench.results`), and
-the parameter-server sync/async comparison (:mod:`ddlkit.ps`).
+the parameter-server sync/async comparison (:mod:`ddlkit.lessons.ps`).
 
     points = eval_points(run.records())        # EvalPoint(train_seconds, accuracy, step...)
     time_to_accuracy(points, 0.95)             # training seconds, or None if never reached

@@ -2,8 +2,8 @@
 
     wait_for(run, lambda records: ... or None, timeout=300, ended=..., late=...)
 
-Used by :func:`ddlkit.ps.wait_for_step` (a step reached) and
-:func:`ddlkit.faults.wait_for_backup` (an epoch backed up). Every waiter gets the same
+Used by :func:`ddlkit.lessons.ps.wait_for_step` (a step reached) and
+:func:`ddlkit.lessons.faults.wait_for_backup` (an epoch backed up). Every waiter gets the same
 failure handling: the job's state is read before its records (so records written before
 the end are all in), a job that ended raises its worker's failure first
 (:meth:`Run.wait`), then a :class:`DdlkitError` saying it ended without the thing; after

@@ -6,7 +6,7 @@
     config                                  # devices, kind, threads: shown before use
 
 On a machine with GPUs each stage gets its own GPU. Without, the CPU is split
-into logical devices (:func:`ddlkit.replicas.devices`), which share the
+into logical devices (:func:`ddlkit.lessons.replicas.devices`), which share the
 machine's cores *and* TensorFlow's thread pools: the pools belong to the
 process, not to a device. By default one op may use every core, so while
 stage 0 works it can already use the cores "stage 1's device" would idle on,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ddlkit._tables import html_table
 from ddlkit.errors import ConfigError
-from ddlkit.replicas import devices as replica_devices
+from ddlkit.lessons.replicas import devices as replica_devices
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import ast
 import os
 from pathlib import Path
 
-from ddlkit.lesson import extract, scripts
+from ddlkit.lessons.scripts import extract, scripts
 
 __all__ = [
     "NOTEBOOKS",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from harness.factories import step_record
 
-from ddlkit import ps
 from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError
+from ddlkit.lessons import ps
 from ddlkit.metrics.waiting import wait_for
 
 

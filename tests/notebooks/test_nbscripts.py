@@ -70,7 +70,7 @@ def test_every_committed_notebook_parses():
 
 def test_a_notebook_without_scripts_or_unreadable_says_so(tmp_path):
     from ddlkit.errors import ConfigError
-    from ddlkit.lesson import scripts
+    from ddlkit.lessons.scripts import scripts
 
     with pytest.raises(ConfigError, match="writes no script"):
         scripts(_notebook(tmp_path, "x = 1"), tmp_path / "out")

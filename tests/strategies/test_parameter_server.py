@@ -3,7 +3,7 @@
 launch/train_parameter_server.py trains through a ClusterCoordinator; these tests read
 what its chief reports (losses, staleness, where each variable lives), kill a worker
 mid-training, and run the synchronous counterpart (launch/train_sync_eval.py) for the
-side-by-side view of ddlkit.ps.
+side-by-side view of ddlkit.lessons.ps.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from harness.procutil import alive, wait_until
 
-from ddlkit import ps
 from ddlkit.errors import DdlkitError
 from ddlkit.launch import run as run_mod
+from ddlkit.lessons import ps
 from ddlkit.metrics import load_run
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"

@@ -1,6 +1,6 @@
 """Parameter-server and all-reduce runs side by side: time to accuracy and staleness.
 
-One concern split out of :mod:`ddlkit.ps` (which re-exports every name here): a run read
+One concern split out of :mod:`ddlkit.lessons.ps` (which re-exports every name here): a run read
 back as a :class:`RunCurve` (:func:`load`), two runs as :class:`SyncAsync`
 (:func:`compare`: synchronous against asynchronous) and any number as :class:`Comparison`
 (:func:`compare_runs`: all-reduce, synchronous, asynchronous and Downpour parameter
@@ -20,8 +20,8 @@ from pathlib import Path
 from ddlkit import contract
 from ddlkit._tables import html_table
 from ddlkit.errors import DdlkitError
+from ddlkit.lessons.ps import _check_values, counts, eval_curve, from_counts, summarize
 from ddlkit.metrics.evals import EvalPoint, time_to_accuracy
-from ddlkit.ps import _check_values, counts, eval_curve, from_counts, summarize
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ Notebook 01 uses these to show, on real TensorFlow objects, what
 - :func:`train_and_measure`: train with a live plot and return a
   :class:`ddlkit.results.Result` (examples/s, test accuracy) for the comparison table.
 
-The strategy's devices come from :func:`ddlkit.replicas.devices` (GPUs where
+The strategy's devices come from :func:`ddlkit.lessons.replicas.devices` (GPUs where
 there are enough, else logical CPU devices), which must run before any other
 TensorFlow code.
 """

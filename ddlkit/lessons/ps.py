@@ -13,7 +13,7 @@ report (no TensorFlow here):
   same held-out images against training seconds (evaluation time left out);
 - :func:`time_to_accuracy` is the first training second a curve reached a target
   (both from :mod:`ddlkit.metrics.evals`, where every reader of eval events goes);
-- the comparison views live in :mod:`ddlkit.ps_compare` and are importable from here:
+- the comparison views live in :mod:`ddlkit.lessons.ps_compare` and are importable from here:
   :class:`SyncAsync` (:func:`compare`) puts a synchronous and an asynchronous run side by
   side as a table and one figure; :class:`Comparison` (:func:`compare_runs`) does the same
   for any number of runs (all-reduce, synchronous, asynchronous and Downpour parameter
@@ -39,7 +39,7 @@ from ddlkit.metrics.waiting import wait_for
 
 _VIEWS = ("RunCurve", "SyncAsync", "Comparison", "load", "compare", "compare_runs")
 __getattr__, __dir__ = lazy_attributes(
-    __name__, dict.fromkeys(_VIEWS, "ddlkit.ps_compare"), globals(), _VIEWS
+    __name__, dict.fromkeys(_VIEWS, "ddlkit.lessons.ps_compare"), globals(), _VIEWS
 )
 
 _PS_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
