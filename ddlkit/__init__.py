@@ -21,7 +21,7 @@ _SUBMODULES = {
     name: f"ddlkit.{name}"
     for name in (
         "backend", "bench", "check", "cluster", "contract", "data", "env", "environments",
-        "errors", "horovod", "hosts", "interactive", "k8s", "launch", "lessons", "metrics",
+        "errors", "experiments", "horovod", "hosts", "interactive", "k8s", "launch", "lessons", "metrics",
         "models", "parallel", "plots", "recorded", "results", "scale", "settings", "slurm",
         "spark", "strategies", "where",
     )
@@ -34,7 +34,7 @@ _SUBMODULES = {
     "replicas": "ddlkit.lessons.replicas",
 }  # fmt: skip
 # Functions of a submodule offered at the top: dk.workers(2, strategy=...).
-_FUNCTIONS = {"workers": "ddlkit.interactive.session"}
+_FUNCTIONS = {"workers": "ddlkit.interactive.session", "experiment": "ddlkit.experiments"}
 
 
 def __getattr__(name: str):

@@ -10,6 +10,7 @@
     ddlkit env
     ddlkit data {prepare,status,import}
     ddlkit bench [--quick] [--strategies ...] [--repeats N] [--steps N]
+    ddlkit experiment my_model.py [--strategies ...] [--workers 1 2] [--json out.json]
     ddlkit k8s manifest --strategy multi_worker -n 2 --image IMAGE SCRIPT -- ARGS
     ddlkit image build [--tag TAG]
 
@@ -30,6 +31,7 @@ from pathlib import Path
 from ddlkit import settings
 from ddlkit.bench.cli import add_bench_parser, main_bench
 from ddlkit.errors import DdlkitError, JobTimeoutError, WorkerFailedError
+from ddlkit.experiments.cli import add_experiment_parser, main_experiment
 from ddlkit.image.__main__ import add_parsers as add_image_parsers
 from ddlkit.image.__main__ import run_parsed as cmd_image
 from ddlkit.k8s.cli import add_parsers as add_k8s_parsers
@@ -113,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         help="prepare [--force] [NAME...] | status [NAME...] | import cifar10 PATH",
     )
     add_bench_parser(sub)
+    add_experiment_parser(sub)
     k8s = sub.add_parser("k8s", help="Kubernetes: write a training job's manifest (YAML)")
     add_k8s_parsers(k8s.add_subparsers(dest="k8s_command", required=True))
     image = sub.add_parser("image", help="build the kit's container image (buildah)")
@@ -316,6 +319,7 @@ COMMANDS = {
     "env": cmd_env,
     "data": cmd_data,
     "bench": main_bench,
+    "experiment": main_experiment,
     "k8s": cmd_k8s,
     "image": cmd_image,
 }

@@ -47,7 +47,9 @@ class CaseResult:
         return bool(self.runs) and not self.error and not self.case.skip
 
     def spread(self, attr: str) -> Spread | None:
-        return summarize([getattr(r, attr) for r in self.runs]) if self.runs else None
+        values = [getattr(r, attr) for r in self.runs]
+        values = [v for v in values if v is not None]  # test_accuracy: None without the metric
+        return summarize(values) if values else None
 
     def to_record(
         self,

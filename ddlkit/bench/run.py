@@ -69,11 +69,15 @@ def run_case_once(
     timeout: float = 900,
     target: float | None = None,
     timeline: Path | None = None,
+    where=None,
+    on_start: Callable | None = None,
 ) -> RunMeasure:
     """One run of `case` on `cpus`: start it, wait, measure it from its step records.
 
     Horovod cases write rank 0's timeline to `timeline` (if given): their communication
-    (only in a run of its own: the timeline slows the steps).
+    (only in a run of its own: the timeline slows the steps). ``where``: another place than
+    this machine's ``cpus`` (``dk.where.Hosts``, ``Slurm``...); ``on_start(run)`` is called
+    once the run has started (a notebook shows its live dashboard there).
     """
     from ddlkit.launch.run import start
 
@@ -92,9 +96,11 @@ def run_case_once(
         args=case.args(),
         runs_dir=runs_dir,
         label=case.name,
-        where=ThisMachine(cores=cpus),
+        where=where or ThisMachine(cores=cpus),
         env=env,
     )
+    if on_start is not None:
+        on_start(run)
     try:
         run.wait(timeout=timeout)
     except JobTimeoutError:
@@ -146,6 +152,8 @@ def run_bench(
     target: float = 0.95,
     command: str = "",
     progress: Callable[[str], None] | None = print,
+    where=None,
+    on_start: Callable | None = None,
 ) -> BenchResult:
     """Run every case (repeats interleaved: round r runs each case once), write the results.
 
@@ -153,6 +161,7 @@ def run_bench(
     skipped cases are recorded with their reason. ``overhead_pairs`` > 0 then measures
     the kit's overhead (:mod:`ddlkit.bench.overhead`) with as many steps as the cases.
     ``target``: the held-out accuracy whose time is measured (cases with eval_every > 0).
+    ``where`` and ``on_start``: as :func:`run_case_once` takes them, for every run.
     """
     if not 0 < target <= 1:
         raise DdlkitError(f"target accuracy {target}: must be in (0, 1]. Fix: e.g. 0.95.")
@@ -189,6 +198,8 @@ def run_bench(
                     launch_dir=launch_dir,
                     timeout=timeout,
                     target=target,
+                    where=where,
+                    on_start=on_start,
                 )
             except DdlkitError as exc:
                 c.error = str(exc)
@@ -219,6 +230,7 @@ def run_bench(
                 timeout=timeout,
                 target=target,
                 timeline=bench_dir / "timelines" / f"{c.case.name}.json",
+                where=where,
             )
         except DdlkitError as exc:
             say(f"{c.case.name}: timeline run FAILED: {exc}")

@@ -154,7 +154,7 @@ class RunMeasure:
     run_id: str
     examples_per_sec: float
     step_time: float
-    test_accuracy: float
+    test_accuracy: float | None  # None: the model has no accuracy metric (dk.experiment)
     wall_seconds: float
     seconds_to_target: float | None = None
     best_eval_accuracy: float | None = None
@@ -164,7 +164,7 @@ class RunMeasure:
 
     def __post_init__(self) -> None:
         for f in fields(self)[1:]:
-            optional = f.default is None
+            optional = f.default is None or f.name == "test_accuracy"
             _number(getattr(self, f.name), f"run {self.run_id} {f.name}", optional=optional)
 
     def to_json(self) -> dict[str, Any]:
@@ -177,7 +177,7 @@ class RunMeasure:
                 run_id=str(raw["run_id"]),
                 examples_per_sec=float(raw["examples_per_sec"]),
                 step_time=float(raw["step_time"]),
-                test_accuracy=float(raw["test_accuracy"]),
+                test_accuracy=_opt(raw["test_accuracy"]),
                 wall_seconds=float(raw["wall_seconds"]),
                 seconds_to_target=_opt(raw.get("seconds_to_target")),
                 best_eval_accuracy=_opt(raw.get("best_eval_accuracy")),

@@ -101,7 +101,7 @@ def measure(
         run_id=run_id,
         examples_per_sec=throughput(kept, skip=0),
         step_time=step_time(kept),
-        test_accuracy=float(report["test_accuracy"]),
+        test_accuracy=_accuracy(report.get("test_accuracy")),
         wall_seconds=wall_seconds,
         seconds_to_target=time_to_target(found, target) if target is not None else None,
         best_eval_accuracy=max((p.accuracy for p in found), default=None),
@@ -109,6 +109,11 @@ def measure(
         foreign_cpu=foreign_cpu,
         comm_ms_per_step=comm_ms_per_step,
     )
+
+
+def _accuracy(value) -> float | None:
+    """A worker's final test accuracy; None where its model has no accuracy metric."""
+    return None if value is None else float(value)
 
 
 STABLE = 1.10  # the largest max/min of a case's repeats that counts as agreeing

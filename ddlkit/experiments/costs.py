@@ -1,0 +1,120 @@
+"""What a model costs a data-parallel step, read from the model and TensorFlow's own counts.
+
+    costs = model_costs(model, batch)      # a built, compiled tf-keras model and one batch
+    costs.gradient_bytes                   # {"float32": 1_234_560}: one copy of the gradients
+    costs.forward_flops, costs.train_flops # per example, TensorFlow's profiler
+
+Everything here is measured on the model, none of it from a formula about layers:
+
+- **Gradients**: one per trainable variable, of its shape and dtype (under a
+  ``mixed_float16`` policy the variables, so their gradients, stay float32: Keras' mixed
+  precision guide); their bytes by dtype, and every tensor's size, which decides how
+  Horovod's fusion buffer packs them.
+- **FLOPs**: TensorFlow's profiler (``tf.compat.v1.profiler.profile`` with
+  ``ProfileOptionBuilder.float_operation()``) on two graphs of the model at this batch: the
+  forward pass, and the training step's forward pass, loss and gradients. It counts the ops
+  that register a ``flops`` statistic (``MatMul``, ``Conv2D`` and their gradients, element-wise
+  arithmetic...); an op without one counts 0, so the counts are a floor.
+- **Activations**: the bytes of every tensor the forward pass makes whose first dimension is
+  the batch, per example: what backpropagation may keep until the backward pass uses it
+  (ops that only rename or reshape a tensor are left out). An upper bound: TensorFlow frees
+  what the gradients do not need.
+"""
+
+from __future__ import annotations
+
+from ddlkit.experiments.spec import GradientTensor, ModelCosts
+
+# Ops whose output is another op's tensor under a new name or shape: no new memory.
+ALIASES = frozenset(
+    {"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+     "Placeholder", "Const", "ReadVariableOp", "NoOp", "Shape", "Cast"}
+)  # fmt: skip
+
+
+def spec_of(batch, size: int):
+    """``tf.TensorSpec``s of ``batch`` (any structure) with its first dimension ``size``."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(
+        lambda t: tf.TensorSpec((size, *t.shape[1:]), t.dtype), batch
+    )  # fmt: skip
+
+
+def profiled_flops(graph) -> int:
+    """TensorFlow's profiler's count of a graph's floating-point operations."""
+    import tensorflow as tf
+
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"  # the total only, no table printed
+    return int(tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops)
+
+
+def activation_bytes(graph, size: int) -> int:
+    """Bytes of the forward pass's tensors whose first dimension is the batch ``size``."""
+    total = 0
+    for op in graph.get_operations():
+        if op.type in ALIASES:
+            continue
+        for out in op.outputs:
+            shape = out.shape
+            if shape.rank and shape.is_fully_defined() and shape[0] == size:
+                total += shape.num_elements() * out.dtype.size
+    return total
+
+
+def gradient_tensors(model) -> tuple[GradientTensor, ...]:
+    """One gradient per trainable variable: its name, shape and dtype."""
+    return tuple(
+        GradientTensor(v.name, tuple(int(d) for d in v.shape), v.dtype.name)
+        for v in model.trainable_variables
+    )
+
+
+def model_costs(model, batch: tuple, *, name: str = "model") -> ModelCosts:
+    """The costs of ``model`` (built and compiled) for one ``(features, labels)`` batch."""
+    import tensorflow as tf
+
+    features, labels = batch[0], batch[1]
+    size = int(tf.nest.flatten(features)[0].shape[0])
+    x_spec, y_spec = spec_of(features, size), spec_of(labels, size)
+
+    def forward(x):
+        return model(x, training=True)
+
+    def train(x, y):
+        with tf.GradientTape() as tape:
+            predicted = model(x, training=True)
+            loss = model.compute_loss(x, y, predicted)
+        return tape.gradient(loss, model.trainable_variables)
+
+    fwd_graph = tf.function(forward).get_concrete_function(x_spec).graph
+    train_graph = tf.function(train).get_concrete_function(x_spec, y_spec).graph
+    optimizer_bytes = sum(
+        int(v.shape.num_elements()) * v.dtype.size for v in _optimizer_variables(model)
+    )
+    return ModelCosts(
+        name=name,
+        batch=size,
+        params=int(sum(v.shape.num_elements() for v in model.trainable_variables)),
+        gradients=gradient_tensors(model),
+        forward_flops=profiled_flops(fwd_graph) / size,
+        train_flops=profiled_flops(train_graph) / size,
+        activation_bytes=activation_bytes(fwd_graph, size) / size,
+        weight_bytes=sum(int(v.shape.num_elements()) * v.dtype.size for v in model.weights),
+        optimizer_bytes=optimizer_bytes,
+        policy=_policy(model),
+    )
+
+
+def _optimizer_variables(model) -> list:
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return []
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
+def _policy(model) -> str:
+    policy = getattr(model, "dtype_policy", None) or getattr(model, "_dtype_policy", None)
+    return getattr(policy, "name", str(policy)) if policy is not None else "float32"
