@@ -306,9 +306,9 @@ def _calibrate_one(doc, strategy: str, fit: Transport, model: ModelSpec) -> Stra
 
     def machine(step: float, what: str) -> Hardware:  # each worker on its own core
         flops = model.train_flops / step
-        return Hardware(
-            Accelerator("this CPU, 1 core", flops, CPU_MEMORY, None, what), 1, link, link
-        )
+        # jitter 0: the measured steps are medians of the machine's own runs, waits included
+        chip = Accelerator("this CPU, 1 core", flops, CPU_MEMORY, None, what)
+        return Hardware(chip, 1, link, link, jitter=0.0)
 
     alone = machine(anchor.step_time.median, f"{anchor.name} of {doc.bench_id}")
     hw = machine(anchor.step_time.median * side, f"{anchor.name} x independent-x2 / single-x1")

@@ -38,6 +38,10 @@ from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
 
 SUSTAINED_SHARE = 0.5  # sustained / peak FLOP/s, the same for every accelerator preset
+# Assumptions of the step's timeline (ddlkit.scale.timeline), one value for every machine:
+BANDWIDTH_SHARE = 0.85  # an all-reduce's bytes move at this share of a link's line rate
+TCP_STREAM = 15e9 / 8  # bytes/s one kernel-TCP connection reaches (one socket, one core)
+STEP_JITTER = 0.03  # a worker's compute time varies by this share (standard deviation)
 GB = 1e9
 
 
@@ -51,15 +55,19 @@ def _positive(value: float, what: str, fix: str) -> float:
 
 @dataclass(frozen=True)
 class Link:
-    """A link: bandwidth in bytes/s per direction, latency in seconds per message."""
+    """A link: bandwidth in bytes/s per direction, latency in seconds per message; ``stream``:
+    the most one connection carries (kernel TCP), ``None`` for line rate (RDMA, NVLink)."""
 
     name: str
     bandwidth: float
     latency: float
     note: str = ""
+    stream: float | None = None
 
     def __post_init__(self) -> None:
         _positive(self.bandwidth, f"link {self.name!r} bandwidth", "give bytes/s, e.g. 3.125e9")
+        if self.stream is not None:
+            _positive(self.stream, f"link {self.name!r} stream", "give bytes/s, or None")
         if not isinstance(self.latency, int | float) or not 0 <= self.latency < math.inf:
             raise ConfigError(
                 f"link {self.name!r} latency={self.latency!r} must be >= 0 seconds. "
@@ -122,13 +130,13 @@ GPUS = {
 NETWORKS = {
     n.name: n
     for n in (
-        Link("1GbE", 1e9 / 8, 50e-6, "Ethernet, kernel TCP"),
-        Link("10GbE", 10e9 / 8, 50e-6, "Ethernet, kernel TCP"),
-        Link("25GbE", 25e9 / 8, 30e-6, "Ethernet, kernel TCP"),
-        Link("40GbE", 40e9 / 8, 30e-6, "Ethernet, kernel TCP"),
-        Link("50GbE", 50e9 / 8, 30e-6, "Ethernet, kernel TCP"),
-        Link("100GbE", 100e9 / 8, 20e-6, "Ethernet, kernel TCP"),
-        Link("400GbE", 400e9 / 8, 20e-6, "Ethernet, kernel TCP (with RDMA: a few us)"),
+        Link("1GbE", 1e9 / 8, 50e-6, "Ethernet, kernel TCP", TCP_STREAM),
+        Link("10GbE", 10e9 / 8, 50e-6, "Ethernet, kernel TCP", TCP_STREAM),
+        Link("25GbE", 25e9 / 8, 30e-6, "Ethernet, kernel TCP", TCP_STREAM),
+        Link("40GbE", 40e9 / 8, 30e-6, "Ethernet, kernel TCP", TCP_STREAM),
+        Link("50GbE", 50e9 / 8, 30e-6, "Ethernet, kernel TCP", TCP_STREAM),
+        Link("100GbE", 100e9 / 8, 20e-6, "Ethernet, kernel TCP", TCP_STREAM),
+        Link("400GbE", 400e9 / 8, 20e-6, "Ethernet, kernel TCP (with RDMA: a few us)", TCP_STREAM),
         Link("RoCE-25", 25e9 / 8, 5e-6, "25 Gb/s Ethernet with RDMA (RoCE)"),
         Link("RoCE-100", 100e9 / 8, 3e-6, "100 Gb/s Ethernet with RDMA (RoCE)"),
         Link("IB-EDR", 100e9 / 8, 1e-6, "InfiniBand EDR 4x, 100 Gb/s"),
@@ -161,13 +169,16 @@ def network(name: str) -> Link:
 @dataclass(frozen=True)
 class Hardware:
     """Identical nodes of ``per_node`` accelerators: ``intra`` joins them, ``inter`` the
-    nodes, through ``nics`` network ports per node."""
+    nodes, through ``nics`` network ports per node. ``jitter``: how much one worker's compute
+    time varies from step to step (standard deviation / mean); a synchronous step waits for
+    the slowest of its workers."""
 
     accelerator: Accelerator
     per_node: int
     intra: Link
     inter: Link
     nics: int = 1
+    jitter: float = STEP_JITTER
 
     def __post_init__(self) -> None:
         for what, example in (("per_node", 4), ("nics", 1)):
@@ -176,6 +187,14 @@ class Hardware:
                 raise ConfigError(
                     f"{what}={value!r} must be an int >= 1. Fix: e.g. {what}={example}"
                 )
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, int | float)
+            or not 0 <= self.jitter < 1
+        ):
+            raise ConfigError(
+                f"jitter={self.jitter!r} must be a share in [0, 1). Fix: e.g. jitter=0.03"
+            )
 
     def nodes(self, workers: int) -> int:
         """Nodes that ``workers`` accelerators fill (the last one may be partly used)."""
@@ -212,6 +231,7 @@ class Hardware:
             ("intra-node", self.intra.name, _link_text(self.intra)),
             ("inter-node", self.inter.name, _link_text(self.inter)),
             ("", "network ports per node", f"{self.nics} ({_link_text(self.node_link)} in all)"),
+            ("step", "compute jitter", f"{self.jitter:.0%} (standard deviation / mean)"),
         ]
 
     def _repr_html_(self) -> str:
@@ -222,7 +242,10 @@ class Hardware:
 
 
 def _link_text(link: Link) -> str:
-    return f"{link.bandwidth / GB:g} GB/s, {link.latency * 1e6:g} us"
+    out = f"{link.bandwidth / GB:g} GB/s, {link.latency * 1e6:g} us"
+    if link.stream is not None:
+        out += f", one connection at most {link.stream / GB:g} GB/s"
+    return out
 
 
 def _pick(value, lookup):
@@ -236,16 +259,79 @@ def hardware(
     intra: str | Link = "PCIe3",
     inter: str | Link = "25GbE",
     nics: int = 1,
+    jitter: float = STEP_JITTER,
 ) -> Hardware:
     """Nodes of ``per_node`` accelerators with ``nics`` ports of ``inter``; presets by name
-    or your own objects."""
+    or your own objects (:func:`cluster` builds the network from a port's speed)."""
     return Hardware(
         _pick(accelerator, gpu),
         per_node,
         _pick(intra, network),
         _pick(inter, network),
         nics,
+        jitter,
     )
+
+
+NIC_LATENCY = {"rdma": 3e-6, "tcp": 30e-6}  # s a message: the presets' RoCE-100 and 25-50GbE
+
+
+def _count(value, what: str, example: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what}={value!r} must be an int >= 1. Fix: e.g. {what}={example}")
+    return value
+
+
+def cluster(
+    gpu: str | Accelerator,
+    *,
+    gpus_per_node: int,
+    intra: str | Link,
+    nics_per_node: int = 1,
+    nic_gbps: float | None = None,
+    transport: str = "rdma",
+    network: str | Link | None = None,
+    jitter: float = STEP_JITTER,
+) -> Hardware:
+    """A cluster you describe: ``gpus_per_node`` of ``gpu`` joined by ``intra``, and
+    ``nics_per_node`` network ports of ``nic_gbps`` Gbit/s each over ``transport`` ("rdma":
+    InfiniBand or RoCE, a few microseconds a message, line rate; "tcp": kernel sockets, tens of
+    microseconds, one connection at most :data:`TCP_STREAM`), or of a preset ``network``.
+
+        dk.scale.cluster("A100", gpus_per_node=8, intra="NVLink3", nics_per_node=4, nic_gbps=200)
+
+    Returns the :class:`Hardware` that :func:`~ddlkit.scale.predict` and
+    :func:`~ddlkit.scale.curve` take. Wrong input is one ConfigError naming it and the fix.
+    """
+    chip = gpu if isinstance(gpu, Accelerator) else _preset_gpu(gpu)
+    per_node = _count(gpus_per_node, "gpus_per_node", 8)
+    ports = _count(nics_per_node, "nics_per_node", 4)
+    inside = intra if isinstance(intra, Link) else _preset_network(intra)
+    if (nic_gbps is None) == (network is None):
+        raise ConfigError(
+            f"give the network one way: nic_gbps={nic_gbps!r}, network={network!r}. "
+            f"Fix: nic_gbps=200 (with transport='rdma' or 'tcp'), or network='IB-HDR'"
+        )
+    if network is not None:
+        out = network if isinstance(network, Link) else _preset_network(network)
+    else:
+        if transport not in NIC_LATENCY:
+            raise ConfigError(
+                f"transport={transport!r} is not 'rdma' or 'tcp'. Fix: transport='rdma' for "
+                f"InfiniBand or RoCE, 'tcp' for plain Ethernet"
+            )
+        gbps = _positive(nic_gbps, "nic_gbps", "the speed of one port in Gbit/s, e.g. 200")
+        out = Link(
+            f"{gbps:g}G-{transport}",
+            gbps * 1e9 / 8,
+            NIC_LATENCY[transport],
+            f"{gbps:g} Gbit/s, {transport.upper()} (described with dk.scale.cluster)",
+            TCP_STREAM if transport == "tcp" else None,
+        )
+    return Hardware(chip, per_node, inside, out, ports, jitter)
+
+
+_preset_gpu, _preset_network = gpu, network
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,16 @@ from dataclasses import dataclass, replace
 from ddlkit._tables import html_table, text_table
 from ddlkit.bench.ratio import TRAIN_FLOPS_FACTOR
 from ddlkit.errors import ConfigError
+from ddlkit.scale import gradients as _gradients
 
 BACKWARD_SHARE = (TRAIN_FLOPS_FACTOR - 1) / TRAIN_FLOPS_FACTOR  # 2/3 of a step's FLOPs
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Parameters, forward FLOPs per example, batch per worker, gradient tensors."""
+    """Parameters, forward FLOPs per example, batch per worker, gradient tensors; ``gradients``:
+    when each is ready in the backward pass (:mod:`ddlkit.scale.gradients`; empty: ``tensors``
+    equal ones at even intervals, an assumption)."""
 
     name: str
     params: float
@@ -40,6 +43,7 @@ class ModelSpec:
     batch: int
     tensors: int = 1
     source: str = ""
+    gradients: tuple = ()
 
     def __post_init__(self) -> None:
         for what in ("params", "forward_flops"):
@@ -56,6 +60,15 @@ class ModelSpec:
                     f"model {self.name!r}: {what}={value!r} must be an int >= 1. "
                     f"Fix: e.g. {what}=32"
                 )
+        if self.gradients:
+            checked = _gradients.check(self.gradients, f"model {self.name!r} gradients")
+            object.__setattr__(self, "gradients", checked)
+
+    def profile(self) -> _gradients.Profile:
+        """When each gradient is ready: ``gradients``, or the even assumption."""
+        if self.gradients:
+            return self.gradients
+        return _gradients.uniform(self.param_bytes(), self.tensors)
 
     def param_bytes(self, bytes_per_param: int = 4) -> float:
         """Bytes of one copy of the gradients (float32: 4 per parameter)."""
@@ -99,7 +112,7 @@ class ModelSpec:
 
 _KERAS = "params: Keras Applications table; FLOPs: ddlkit.bench.ratio.forward_flops on it"
 PUBLIC = {
-    m.name: m
+    m.name: replace(m, gradients=_gradients.PUBLIC[m.name])
     for m in (
         ModelSpec("resnet50", 25_636_712, 7.727e9, 32, 214, _KERAS + " (He et al.: 3.8e9 MACs)"),
         ModelSpec("resnet101", 44_707_176, 15.16e9, 64, 418, _KERAS + " (He et al.: 7.6e9 MACs)"),

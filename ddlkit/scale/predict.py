@@ -1,27 +1,38 @@
-"""One synchronous data-parallel step, predicted: compute + the communication left exposed.
+"""One synchronous data-parallel step, predicted: compute + waiting + the communication exposed.
 
     p = dk.scale.predict(dk.scale.model("resnet101"), hw, 512, algorithm="ring")
     p                                     # a table: each term, its value and its formula
     p.efficiency, p.throughput, p.speedup
 
-The model (every term is a formula you can write yourself):
+The model:
 
 - compute ``C = 3 x forward FLOPs x batch / sustained FLOP/s``; the backward pass is
   ``2/3 C``, the forward ``1/3 C``.
-- communication ``M``: :mod:`ddlkit.scale.comm` for the algorithm, on ``S`` gradient
-  bytes (4 per parameter, 2 with ``compression="fp16"``), in ``ceil(S / fusion_bytes)``
-  fused buffers (``fusion_bytes=None``: one per gradient tensor).
-- overlap: gradients leave while the backward pass is still running. A share
-  ``overlap`` of the communication is hidden, at most as long as the backward pass:
+- waiting for the slowest worker: a synchronous step starts its all-reduces when the last
+  worker is ready. With each worker's compute varying by ``hardware.jitter`` (standard
+  deviation / mean), the slowest of ``N`` finishes ``jitter x C x z(N)`` after the mean,
+  ``z(N)`` the expected maximum of ``N`` standard normal draws (1.0 at 3, 2.3 at 16, 3.0 at
+  512): Chen et al. 2016 (arXiv:1604.00981) measured this tail on real clusters.
+- communication, by default (``overlap=None``) the step's timeline
+  (:mod:`ddlkit.scale.timeline`): Horovod's background loop all-reduces in fused buffers
+  whatever the backward pass has produced, cycle by cycle, each call costing NCCL's own
+  latency model and the algorithm's bytes (:mod:`ddlkit.scale.comm`) at the achieved
+  bandwidth; what runs while the backward pass runs is hidden, what runs after it is exposed.
+  Its latency grows with ``N`` (``2(N-1)`` hops a ring call), so past one server the
+  prediction keeps falling as workers are added, where the bytes alone (``2(N-1)/N S``) would
+  stay nearly flat.
+- ``overlap`` a number: the one-page formula of notebook 09 instead. ``M`` from
+  :mod:`ddlkit.scale.comm` at line rate on ``S`` gradient bytes (4 per parameter, 2 with
+  ``compression="fp16"``) in ``ceil(S / fusion_bytes)`` fused buffers (``fusion_bytes=None``:
+  one per gradient tensor); a share ``overlap`` of it is hidden, at most as long as the
+  backward pass:
   ``hidden = min(overlap x M, 2/3 C)``; ``exposed = M - hidden``. ``overlap=1`` is the
-  ideal of a perfectly pipelined backward pass, ``0`` communication strictly after it.
-  The default 0.5: the first layers' gradients come last and cannot be hidden, and the
-  collective's kernels and copies compete with the backward pass for the device. A
+  ideal of a perfectly pipelined backward pass, ``0`` communication strictly after it. A
   synchronous parameter server's pull brings the parameters the next forward pass needs,
   so only its push (half of ``M``) can be hidden: ``hidden = min(overlap x M / 2, 2/3 C)``.
 - the network: every term that leaves a node uses all its ports
   (:attr:`~ddlkit.scale.hardware.Hardware.node_link`): a DGX's eight, a VM's one.
-- step ``T = C + exposed``; throughput ``N x batch / T``; speed-up ``N C / T`` over one
+- step ``T = C + wait + exposed``; throughput ``N x batch / T``; speed-up ``N C / T`` over one
   worker without communication; efficiency ``C / T``.
 - asynchronous parameter server (``"async_ps"``): no barrier; each worker loops
   ``C + push + pull`` of its own gradients, and the servers take at most
@@ -41,12 +52,35 @@ from ddlkit.errors import ConfigError
 from ddlkit.scale import comm
 from ddlkit.scale.hardware import Hardware
 from ddlkit.scale.models import BACKWARD_SHARE, ModelSpec
+from ddlkit.scale.timeline import HOROVOD_CYCLE_TIME, timeline
 
 KINDS = ("ring", "tree", "binary_tree", "halving_doubling", "hierarchical", "ps", "async_ps")
 # HOROVOD_FUSION_THRESHOLD's default in the Horovod of the published runs (2017-18); Horovod
 # 0.28 defaults to 128 MiB (horovod/common/operations.cc). One fixed assumption for every setup.
 FUSION_BYTES = 64 * 2**20
-DEFAULT_OVERLAP = 0.5
+DEFAULT_OVERLAP = None  # the timeline; a number: the one-page formula's fixed share
+ONE_PAGE_OVERLAP = 0.5  # the share the one-page formula hides, where one is wanted
+
+
+def expected_max(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normal draws (0 for one), by
+    integrating ``x n phi(x) Phi(x)^(n-1)`` over [-8, 8]."""
+    if n <= 1:
+        return 0.0
+    return _EXPECTED_MAX.get(n) or _EXPECTED_MAX.setdefault(n, _integrate_max(n))
+
+
+_EXPECTED_MAX: dict[int, float] = {}
+
+
+def _integrate_max(n: int) -> float:
+    h, total, x = 1e-3, 0.0, -8.0
+    while x < 8.0:
+        pdf = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        total += x * n * pdf * cdf ** (n - 1) * h
+        x += h
+    return total
 
 
 @dataclass(frozen=True)
@@ -59,7 +93,8 @@ class Algorithm:
     node_sum: bool = False  # ps: a node sums its accelerators' gradients, then pushes once
     fusion_bytes: float | None = FUSION_BYTES
     compression: str | None = None  # None or "fp16"
-    overlap: float = DEFAULT_OVERLAP
+    overlap: float | None = DEFAULT_OVERLAP  # None: the timeline; a share: the one-page rule
+    cycle_time: float = HOROVOD_CYCLE_TIME  # s between the background loop's cycles
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -88,8 +123,29 @@ class Algorithm:
             raise ConfigError(
                 f"compression={self.compression!r} is not None or 'fp16'. Fix: compression='fp16'"
             )
-        if not isinstance(self.overlap, int | float) or not 0 <= self.overlap <= 1:
-            raise ConfigError(f"overlap={self.overlap!r} must be in [0, 1]. Fix: e.g. overlap=0.5")
+        if self.overlap is not None and (
+            isinstance(self.overlap, bool)
+            or not isinstance(self.overlap, int | float)
+            or not 0 <= self.overlap <= 1
+        ):
+            raise ConfigError(
+                f"overlap={self.overlap!r} must be None (the step's timeline) or a share in "
+                f"[0, 1]. Fix: leave it out, or e.g. overlap=0.5"
+            )
+        if (
+            isinstance(self.cycle_time, bool)
+            or not isinstance(self.cycle_time, int | float)
+            or not 0 < self.cycle_time < 1
+        ):
+            raise ConfigError(
+                f"cycle_time={self.cycle_time!r} must be seconds in (0, 1). "
+                f"Fix: e.g. cycle_time=5e-3 (HOROVOD_CYCLE_TIME=5)"
+            )
+
+    @property
+    def timeline(self) -> bool:
+        """Whether the step's timeline decides what is hidden (``overlap=None``)."""
+        return self.overlap is None and self.kind != "async_ps"
 
     @property
     def bytes_per_param(self) -> int:
@@ -136,6 +192,8 @@ class Prediction:
     hidden: float
     staleness: float | None = None  # async: expected updates between a pull and its push
     async_step: float | None = None  # async: seconds per update seen by the servers x N
+    wait: float = 0.0  # for the slowest worker: jitter x compute x z(N)
+    calls: int | None = None  # the timeline's all-reduce calls (a PS: pushes)
 
     def __post_init__(self) -> None:
         if not (
@@ -154,7 +212,9 @@ class Prediction:
     @property
     def step(self) -> float:
         """Seconds per synchronous step (async: N / updates per second)."""
-        return self.async_step if self.async_step is not None else self.compute + self.exposed
+        if self.async_step is not None:
+            return self.async_step
+        return self.compute + self.wait + self.exposed
 
     @property
     def throughput(self) -> float:
@@ -178,23 +238,32 @@ class Prediction:
 
     def rows(self) -> list[tuple]:
         a, ms = self.algorithm, 1e3
+        if a.timeline:
+            comm_how = f"{a.label()}: {self.calls} calls, NCCL latency + bytes / achieved B"
+            hidden_how = "ran while the backward pass ran (the timeline)"
+        else:
+            comm_how = a.label()
+            what = "push" if a.kind == "ps" else "comm"
+            hidden_how = f"min({a.overlap:g} x {what}, 2/3 compute)"
         rows = [
             ("workers (nodes)", f"{self.workers} ({self.nodes})", f"{self.hardware.per_node}/node"),
             ("compute ms", f"{self.compute * ms:.2f}", "3 x FLOPs/example x batch / FLOP/s"),
-            ("communication ms", f"{self.communication * ms:.2f}", a.label()),
             (
-                "hidden behind backward ms",
-                f"{self.hidden * ms:.2f}",
-                f"min({a.overlap:g} x {'push' if a.kind == 'ps' else 'comm'}, 2/3 compute)",
+                "waiting for the slowest ms",
+                f"{self.wait * ms:.2f}",
+                f"{self.hardware.jitter:g} x compute x z({self.workers})",
             ),
+            ("communication ms", f"{self.communication * ms:.2f}", comm_how),
+            ("hidden behind backward ms", f"{self.hidden * ms:.2f}", hidden_how),
             ("exposed ms", f"{self.exposed * ms:.2f}", "comm - hidden"),
-            ("step ms", f"{self.step * ms:.2f}", "compute + exposed"),
+            ("step ms", f"{self.step * ms:.2f}", "compute + waiting + exposed"),
             ("throughput examples/s", f"{self.throughput:,.0f}", "N x batch / step"),
             ("speed-up", f"{self.speedup:.1f}", "N x compute / step"),
             ("efficiency", f"{self.efficiency:.1%}", "speed-up / N"),
         ]
         if self.staleness is not None:  # no barrier: nothing is hidden or exposed
-            rows[2] = ("push + pull ms", rows[2][1], a.label())
+            rows[3] = ("push + pull ms", rows[3][1], a.label())
+            del rows[2]  # no barrier: no worker waits for another
             rows[3:6] = [
                 (
                     "seconds per N updates ms",
@@ -274,6 +343,16 @@ def predict(
             staleness=float(workers - 1),
             async_step=workers / rate,
         )
+    wait = hardware.jitter * compute * expected_max(workers)
+    if algo.timeline:
+        if workers == 1 and algo.kind != "ps":
+            return Prediction(model, hardware, 1, algo, compute, 0.0, 0.0, calls=0)
+        t = timeline(model, hardware, workers, algo, BACKWARD_SHARE * compute)
+        spent = max(t.communication, t.exposed)  # a last cycle's wait counts as Horovod's
+        hidden = spent - t.exposed
+        return Prediction(
+            model, hardware, workers, algo, compute, spent, hidden, None, None, wait, t.calls
+        )
     can_hide = m / 2 if algo.kind == "ps" else m  # a PS's pull must come before the forward
     hidden = min(algo.overlap * can_hide, BACKWARD_SHARE * compute)
-    return Prediction(model, hardware, workers, algo, compute, m, hidden)
+    return Prediction(model, hardware, workers, algo, compute, m, hidden, wait=wait)

@@ -9,13 +9,19 @@ the source publishes it, the images/s of **one** GPU of that machine on that mod
 the run's compute is then ``batch / rate``, measured, not a FLOP count. Runs without a
 published single-GPU rate take the FLOP count at
 :data:`ddlkit.scale.hardware.SUSTAINED_SHARE` of peak. Every run is predicted with the same
-assumptions (overlap 0.5, 64 MiB fusion buffers, fp32 gradients, line-rate bandwidth, a
-parameter server's pull never hidden); no run has a correction of its own. Efficiency is
-against the published baseline (1 GPU, or one 8-GPU server for Goyal et al.). The run list
-and its sources are in :mod:`ddlkit.scale.runs`.
+assumptions (the step's timeline of :mod:`ddlkit.scale.timeline`: Horovod's 5 ms cycle and
+64 MiB fusion buffers, NCCL's latency model, 85% of line rate, one kernel-TCP connection at
+most 15 Gbit/s, a parameter server's pull never hidden; 3% compute jitter; fp32 gradients);
+no run has a correction of its own. Efficiency is against the published baseline (1 GPU, or
+one 8-GPU server for Goyal et al.). The run list and its sources are in
+:mod:`ddlkit.scale.runs`.
 
-A model that ignores communication says 100% for every run; :func:`scorecard` puts it and
-full overlap next to this model, so a reader sees that the checks can fail.
+Two tolerances: :data:`TOLERANCE` (10 points) for one run, :data:`TREND_TOLERANCE` (5 points)
+for every size of a series (:func:`series`: Horovod's three models at 16, 128 and 512 GPUs).
+:func:`scorecard` puts beside this model the one-page formula (overlap 0.5), a model whose
+communication is that of two servers whatever the size (flat in N), a model without
+communication (100% for every run) and full overlap, so a reader sees which checks can fail:
+at 10 points, a model flat in N passes nearly every run; at 5 points it fails most.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ from ddlkit.errors import ConfigError
 from ddlkit.scale.hardware import SUSTAINED_SHARE, Hardware, network
 from ddlkit.scale.models import ModelSpec, model
 from ddlkit.scale.nodes import node
-from ddlkit.scale.predict import DEFAULT_OVERLAP, KINDS, Algorithm, predict
+from ddlkit.scale.predict import DEFAULT_OVERLAP, KINDS, ONE_PAGE_OVERLAP, Algorithm, predict
 from ddlkit.scale.sweep import Curve, curve
 
-TOLERANCE = 0.10  # 10 percentage points of efficiency
+TOLERANCE = 0.10  # 10 percentage points of efficiency, one run
+TREND_TOLERANCE = 0.05  # 5 points, every size of a series
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ class Setup:
             chip = replace(chip, sustained_flops=share * chip.peak_flops)
         return hw.replace(accelerator=chip)
 
-    def algo(self, overlap: float = DEFAULT_OVERLAP) -> Algorithm:
+    def algo(self, overlap: float | None = DEFAULT_OVERLAP) -> Algorithm:
         options = {"across": self.across, "overlap": overlap}
         if self.algorithm in ("ps", "async_ps"):
             options["servers"] = self.servers
@@ -112,7 +119,9 @@ class Setup:
             options["node_sum"] = True
         return Algorithm(self.algorithm, **options)
 
-    def efficiency(self, *, overlap: float = DEFAULT_OVERLAP, share: float | None = None) -> float:
+    def efficiency(
+        self, *, overlap: float | None = DEFAULT_OVERLAP, share: float | None = None
+    ) -> float:
         """Predicted efficiency against the same baseline as the published one."""
         hw, spec, algo = self.hardware(share=share), self.spec(), self.algo(overlap)
         run = predict(spec, hw, self.workers, algo)
@@ -160,6 +169,10 @@ class Checks:
     @property
     def hits(self) -> int:
         return sum(c.within for c in self)
+
+    def hits_within(self, tolerance: float) -> int:
+        """Runs predicted within ``tolerance`` (a share: 0.05 is 5 points)."""
+        return sum(abs(c.difference) <= tolerance + 1e-12 for c in self)
 
     HEADERS = (
         "run",
@@ -212,7 +225,7 @@ def _setups(setups):
     return tuple(setups)
 
 
-def check(setups=None, *, overlap: float = DEFAULT_OVERLAP) -> Checks:
+def check(setups=None, *, overlap: float | None = DEFAULT_OVERLAP) -> Checks:
     """Predict every setup (pure); default: :data:`ddlkit.scale.runs.SETUPS`."""
     return Checks(tuple(Check(s, s.efficiency(overlap=overlap)) for s in _setups(setups)))
 
@@ -222,14 +235,122 @@ def ignoring_communication(setups=None) -> Checks:
     return Checks(tuple(Check(s, 1.0) for s in _setups(setups)))
 
 
+def two_servers(setup: Setup) -> Setup:
+    """``setup`` at two servers' worth of workers (never fewer than its baseline)."""
+    return replace(setup, workers=max(setup.base, min(setup.workers, 2 * setup.machine().per_node)))
+
+
+def flat_in_workers(setups=None) -> Checks:
+    """A model whose communication does not grow with N: every run predicted as if it ran on
+    two servers (measure two, extrapolate flat)."""
+    return Checks(tuple(Check(s, two_servers(s).efficiency()) for s in _setups(setups)))
+
+
+@dataclass(frozen=True)
+class Series:
+    """One published series: the same model on the same servers at several sizes."""
+
+    name: str
+    checks: tuple[Check, ...]
+
+    @property
+    def workers(self) -> tuple[int, ...]:
+        return tuple(c.setup.workers for c in self.checks)
+
+    @property
+    def within(self) -> bool:
+        """Every size within :data:`TREND_TOLERANCE`."""
+        return all(abs(c.difference) <= TREND_TOLERANCE for c in self.checks)
+
+    @property
+    def drop(self) -> tuple[float, float]:
+        """(published, predicted) efficiency lost from the smallest size to the largest."""
+        first, last = self.checks[0], self.checks[-1]
+        return first.setup.published - last.setup.published, first.predicted - last.predicted
+
+
+@dataclass(frozen=True)
+class Trends:
+    """Every series, published against predicted, size by size."""
+
+    series: tuple[Series, ...]
+
+    def __iter__(self):
+        return iter(self.series)
+
+    def __getitem__(self, name: str) -> Series:
+        for s in self.series:
+            if s.name == name:
+                return s
+        raise KeyError(f"no series {name!r}; known: {[s.name for s in self.series]}")
+
+    @property
+    def hits(self) -> int:
+        """Sizes predicted within :data:`TREND_TOLERANCE`, over every series."""
+        return sum(abs(c.difference) <= TREND_TOLERANCE for s in self for c in s.checks)
+
+    @property
+    def points(self) -> int:
+        return sum(len(s.checks) for s in self)
+
+    HEADERS = (
+        "series",
+        "GPUs",
+        "published",
+        "predicted",
+        "difference",
+        "drop: published, predicted",
+    )
+
+    def rows(self) -> list[tuple]:
+        out = []
+        for s in self:
+            pub, pred = s.drop
+            out.append(
+                (
+                    s.name,
+                    " / ".join(str(n) for n in s.workers),
+                    " / ".join(f"{c.setup.published:.0%}" for c in s.checks),
+                    " / ".join(f"{c.predicted:.0%}" for c in s.checks),
+                    " / ".join(f"{c.difference * 100:+.1f}" for c in s.checks),
+                    f"{pub * 100:.1f}, {pred * 100:.1f} points",
+                )
+            )
+        return out
+
+    def caption(self) -> str:
+        return (
+            f"{self.hits} of {self.points} sizes predicted within "
+            f"{TREND_TOLERANCE * 100:.0f} points"
+        )
+
+    def _repr_html_(self) -> str:
+        return html_table(self.HEADERS, self.rows(), self.caption())
+
+    def __str__(self) -> str:
+        return text_table(self.HEADERS, self.rows(), self.caption())
+
+
+def trends(checks: Checks | None = None) -> Trends:
+    """Each series of :data:`ddlkit.scale.runs.SERIES` from ``checks`` (default: this model;
+    pass :func:`flat_in_workers` or :func:`ignoring_communication` to see another fail)."""
+    from ddlkit.scale.runs import SERIES
+
+    checks = check() if checks is None else checks
+    return Trends(
+        tuple(Series(name, tuple(checks[k] for k in keys)) for name, keys in SERIES.items())
+    )
+
+
 @dataclass(frozen=True)
 class Scorecard:
-    """Three models of the same runs: this one, one without communication, full overlap."""
+    """Several models of the same runs: this one, and the ones the checks must fail."""
 
     models: tuple[tuple[str, Checks], ...]
 
-    def hits(self) -> dict[str, int]:
-        return {name: checks.hits for name, checks in self.models}
+    def hits(self, tolerance: float = TOLERANCE) -> dict[str, int]:
+        """Runs each model predicts within ``tolerance`` (default 10 points)."""
+        return {name: checks.hits_within(tolerance) for name, checks in self.models}
 
     def rows(self) -> list[tuple]:
         first = self.models[0][1]
@@ -238,12 +359,15 @@ class Scorecard:
             cells = [f"{checks.checks[i].predicted:.0%}" for _, checks in self.models]
             rows.append((c.setup.key, f"{c.setup.published:.0%}", *cells))
         n = len(first)
-        rows.append(("within 10 points", "", *(f"{h} of {n}" for h in self.hits().values())))
+        for tol in (TOLERANCE, TREND_TOLERANCE):
+            hits = self.hits(tol).values()
+            rows.append((f"within {tol * 100:.0f} points", "", *(f"{h} of {n}" for h in hits)))
         return rows
 
     def _repr_html_(self) -> str:
         heads = ("run", "published", *(name for name, _ in self.models))
-        return html_table(heads, self.rows(), "predicted efficiency of each run, three models")
+        caption = f"predicted efficiency of each run, {len(self.models)} models"
+        return html_table(heads, self.rows(), caption)
 
     def __str__(self) -> str:
         heads = ("run", "published", *(name for name, _ in self.models))
@@ -251,11 +375,14 @@ class Scorecard:
 
 
 def scorecard(setups=None) -> Scorecard:
-    """dk.scale's predictions beside a communication-free model and full overlap."""
+    """dk.scale's predictions beside the one-page formula (overlap 0.5), communication flat in
+    N (two servers' worth), no communication and full overlap."""
     setups = _setups(setups)
     return Scorecard(
         (
             ("dk.scale", check(setups)),
+            ("one page, overlap 0.5", check(setups, overlap=ONE_PAGE_OVERLAP)),
+            ("flat in N (two servers)", flat_in_workers(setups)),
             ("no communication", ignoring_communication(setups)),
             ("full overlap", check(setups, overlap=1.0)),
         )
@@ -266,7 +393,7 @@ def scorecard(setups=None) -> Scorecard:
 class Sensitivity:
     """Predicted efficiency of every setup as the two assumptions change."""
 
-    grid: tuple[tuple[float, float], ...]  # (share, overlap)
+    grid: tuple[tuple[float, float | None], ...]  # (share, overlap; None: the timeline)
     table: tuple[tuple[Setup, tuple[float, ...]], ...]
 
     def hits(self) -> tuple[int, ...]:
@@ -278,7 +405,7 @@ class Sensitivity:
 
     def _repr_html_(self) -> str:
         heads = ("setup", "compute from", "published") + tuple(
-            f"share {a:g}, overlap {o:g}" for a, o in self.grid
+            f"share {a:g}, {'timeline' if o is None else f'overlap {o:g}'}" for a, o in self.grid
         )
         rows = [
             (s.key, s.compute_from, f"{s.published:.0%}", *(f"{e:.0%}" for e in effs))
@@ -294,7 +421,7 @@ class Sensitivity:
 
 def sensitivity(
     shares: tuple[float, ...] = (0.4, 0.5, 0.6),
-    overlaps: tuple[float, ...] = (0.0, 0.5, 1.0),
+    overlaps: tuple[float | None, ...] = (None, 0.0, 1.0),
     setups=None,
 ) -> Sensitivity:
     """Every setup under every (sustained share, overlap) pair (pure)."""

@@ -29,6 +29,10 @@ Sources (every number below is read from them; efficiency = N-GPU images/s / (N 
 
 Assumed where the sources are silent: Horovod's "Pascal GPUs" are P100 PCIe cards on PCIe
 3.0 and NCCL 2 ran a flat ring over all GPUs.
+
+:data:`SERIES` groups the runs of one model on the same servers at several sizes: Horovod's
+16-GPU RDMA row with its 128- and 512-GPU charts. These are what a scaling model must follow in
+trend, each size within :data:`ddlkit.scale.published.TREND_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -48,16 +52,16 @@ RATE_40G = {"inception_v3": 148.8, "resnet101": 136.0, "vgg16": 149.6}
 RATE_25G_SOURCE = "Horovod README (d54e3a88), 25 Gbit/s servers' single-GPU baseline"
 RATE_40G_SOURCE = "Horovod README (d54e3a88), 40 Gbit/s servers' single-GPU baseline"
 
-# the setups the model misses, and the assumption each shows failing
+# where the model is far off, the assumption that would fail
 VGG_OVERLAP = (
-    "overlap 0.5: VGG-16's dense layers hold 89% of its gradient bytes and their gradients "
-    "are ready first, so more than half of them left during the convolutions' backward pass"
+    "the timeline: VGG-16's dense layers hold 89% of its gradient bytes and are ready first, "
+    "so most of them leave during the convolutions' backward pass"
 )
 TCP_LINE_RATE = (
-    "line-rate bandwidth: NCCL over kernel TCP moved VGG-16's bytes far below 25 Gbit/s "
+    "one kernel-TCP connection at most 15 Gbit/s (TCP_STREAM), one figure for every machine "
     "(the same servers over RDMA: the row above)"
 )
-TCP40_LINE_RATE = "line-rate bandwidth over kernel TCP, as with 25 Gbit/s"
+TCP40_LINE_RATE = "one kernel-TCP connection at most 15 Gbit/s, as with 25 Gbit/s"
 NOT_COMMUNICATION = (
     "not communication: Inception V3 sends the fewest bytes of the three and lost the most; "
     "a model without communication misses it too, and the source does not say why"
@@ -163,3 +167,9 @@ SETUPS = (
         across="halving_doubling",
     ),
 )
+
+# the published series: one model on the same servers at several sizes
+SERIES = {
+    f"horovod-{m}": (f"horovod-16-rdma-{m}", f"horovod-128-{m}", f"horovod-512-{m}")
+    for m in ("inception_v3", "resnet101", "vgg16")
+}

@@ -57,3 +57,46 @@ def test_eight_ports_cut_the_hierarchical_bandwidth_term_across_nodes_eightfold(
     latency = 2 * 7 * dgx.inter.latency * k  # 8 nodes: 14 messages a buffer either way
     assert t1 - inside == pytest.approx(latency + 1.75 * 4e9 / 50e9)
     assert t8 - inside == pytest.approx(latency + 1.75 * 4e9 / 400e9)
+
+
+def test_a_cluster_you_describe_is_hardware_that_predict_and_curve_take():
+    from ddlkit.scale import TCP_STREAM, cluster, curve, model
+
+    mine = cluster("A100", gpus_per_node=8, intra="NVLink3", nics_per_node=4, nic_gbps=200)
+    assert (mine.per_node, mine.nics, mine.intra.name) == (8, 4, "NVLink3")
+    assert mine.inter.bandwidth == 200e9 / 8 and mine.inter.stream is None
+    assert mine.node_link.bandwidth == 4 * 200e9 / 8
+    assert mine.accelerator.name == "A100"
+    tcp = cluster("V100", gpus_per_node=8, intra="NVLink2", nic_gbps=100, transport="tcp")
+    assert tcp.inter.stream == TCP_STREAM and tcp.inter.latency > mine.inter.latency
+    spec = model("resnet50", batch=64)
+    assert predict(spec, mine, 256).efficiency > predict(spec, tcp, 256).efficiency
+    assert len(curve(spec, mine, [1, 8, 64]).points) == 3
+    same = cluster("A100", gpus_per_node=8, intra="NVLink3", nics_per_node=8, network="IB-HDR")
+    assert same.node_link == node("DGX-A100").node_link
+
+
+@pytest.mark.parametrize(
+    "kwargs, cause",
+    [
+        (dict(gpus_per_node=0), "gpus_per_node=0"),
+        (dict(gpus_per_node=8.0), "gpus_per_node=8.0"),
+        (dict(nics_per_node=0), "nics_per_node=0"),
+        (dict(nic_gbps=-1), "nic_gbps=-1"),
+        (dict(nic_gbps=None), "give the network one way"),
+        (dict(network="IB-HDR"), "give the network one way"),
+        (dict(transport="udp"), "transport='udp'"),
+        (dict(intra="NVLink9"), "unknown network preset 'NVLink9'"),
+        (dict(gpu="Z100"), "unknown accelerator preset 'Z100'"),
+        (dict(jitter=1.5), "jitter=1.5"),
+    ],
+)
+def test_a_wrong_cluster_is_one_error_naming_the_cause_and_the_fix(kwargs, cause):
+    from ddlkit.errors import ConfigError
+    from ddlkit.scale import cluster
+
+    args = dict(gpu="A100", gpus_per_node=8, intra="NVLink3", nics_per_node=4, nic_gbps=200)
+    args.update(kwargs)
+    with pytest.raises(ConfigError, match=cause.replace("(", r"\(")) as err:
+        cluster(args.pop("gpu"), **args)
+    assert "Fix:" in str(err.value)

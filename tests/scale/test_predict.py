@@ -13,11 +13,12 @@ NET = Link("1 GB/s", 1e9, 0.0)
 
 
 def hw(per_node=1, link=NET):
-    return Hardware(CHIP, per_node, link, link)
+    # jitter 0: these tests check the one-page formula's terms, without the straggler's wait
+    return Hardware(CHIP, per_node, link, link, jitter=0.0)
 
 
 def test_ring_step_is_compute_plus_the_half_of_communication_not_hidden():
-    p = predict(SPEC, hw(), 2)  # ring of 2: 2*1/2 * 4 MB / 1 GB/s = 4 ms
+    p = predict(SPEC, hw(), 2, overlap=0.5)  # ring of 2: 2*1/2 * 4 MB / 1 GB/s = 4 ms
     assert p.compute == pytest.approx(0.03)
     assert p.communication == pytest.approx(0.004)
     assert p.hidden == pytest.approx(0.002)  # overlap 0.5 of 4 ms, < 20 ms of backward
@@ -94,6 +95,9 @@ def test_curve_finds_where_communication_overtakes_compute():
 
 def test_tables_render():
     p = predict(SPEC, hw(), 2)
+    assert "timeline" in str(p) and "<table>" in str(
+        predict(SPEC, hw(), 2, overlap=0.5)._repr_html_()
+    )
     assert "<table>" in p._repr_html_() and "efficiency" in str(p)
     assert "<table>" in curve(SPEC, hw(), [1, 2])._repr_html_()
     assert "<table>" in hw()._repr_html_() and "<table>" in SPEC._repr_html_()
