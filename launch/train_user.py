@@ -121,21 +121,39 @@ def evaluate(model, held_out) -> dict:
 
 class HeldOut:
     """Held-out evaluations of a copy of the model, built outside the strategy's scope as
-    ``launch/_common.py``'s are: ``eval`` events for the time to a target accuracy."""
+    ``launch/_common.py``'s are: ``eval`` events for the time to a target accuracy.
+
+    The copy is scored batch by batch with its compiled loss and metrics (``compute_loss``,
+    ``compute_metrics``), not ``evaluate()``: inside ``fit`` the strategy's scope is current,
+    and ``evaluate()`` would distribute the held-out set over it, so the chief alone would
+    start collectives its peers never join. One scoring here, before ``fit``, creates the
+    metrics' variables outside that scope."""
 
     def __init__(self, run: UserRun, source, global_batch: int) -> None:
         self.local = run.build()
         self.held_out, self.source, self.global_batch = run.held_out, source, global_batch
+        self.scores()
+
+    def scores(self) -> dict:
+        for metric in self.local.metrics:
+            metric.reset_state()
+        results: dict = {}
+        for batch in self.held_out:
+            x, y = batch[0], batch[1]
+            predicted = self.local(x, training=False)
+            self.local.compute_loss(x, y, predicted)
+            results = self.local.compute_metrics(x, y, predicted, None)
+        return {name: float(value) for name, value in results.items()}
 
     def __call__(self, model, step: int, train_seconds: float) -> None:
         self.local.set_weights(model.get_weights())
-        scores = evaluate(self.local, self.held_out)
+        scores = self.scores()
         if "accuracy" in scores:  # a time to a target accuracy needs one
             # a Reporter, or a KerasReporter whose reporter exists once training began
             reporter = getattr(self.source, "reporter", self.source)
             reporter.event("eval", step=step, examples=step * self.global_batch,
-                                train_seconds=train_seconds, loss=scores.get("loss"),
-                                accuracy=scores["accuracy"])  # fmt: skip
+                           train_seconds=train_seconds, loss=scores.get("loss"),
+                           accuracy=scores["accuracy"])  # fmt: skip
 
 
 class HeldOutCallback(tf.keras.callbacks.Callback):

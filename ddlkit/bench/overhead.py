@@ -204,10 +204,13 @@ def measure_overhead(
     cores: tuple[int, ...],
     workdir: Path,
     timeout: float = 900,
+    args: Sequence[str] | None = None,
 ) -> Overhead:
     """`pairs` alternating by-hand and kit runs of `script` with 2 workers, `steps` steps.
 
     Each worker gets the cores the launcher would give it (ddlkit.launch.devices.assign).
+    ``args``: the script's arguments for `steps` steps (default: the kit's MNIST scripts'
+    ``--epochs 1 --steps-per-epoch <steps>``).
     """
     from ddlkit.launch import devices
 
@@ -219,7 +222,8 @@ def measure_overhead(
     shares = devices.assign(WORKERS, cores)
     cpus = [s.cpus or cores for s in shares]
     threads = shares[0].threads or 1
-    args = ["--epochs", "1", "--steps-per-epoch", str(steps)]
+    if args is None:
+        args = ["--epochs", "1", "--steps-per-epoch", str(steps)]
     hand, kit, order = [], [], []
     for i in range(pairs):
         cluster = ClusterSpec.local(workers=WORKERS)  # fresh free ports each time

@@ -1,0 +1,1 @@
+import tensorflow_does_not_exist  # noqa: F401
