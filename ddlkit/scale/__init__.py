@@ -45,7 +45,7 @@ from ddlkit.scale.hardware import (
 from ddlkit.scale.leftout import Sensitivity, sensitivity
 from ddlkit.scale.models import PUBLIC, ModelSpec, from_profile, model
 from ddlkit.scale.nodes import NODES, node, nodes
-from ddlkit.scale.predict import Algorithm, Prediction, predict
+from ddlkit.scale.predict import Algorithm, Prediction, expected_max, predict
 from ddlkit.scale.sweep import Curve, curve, powers_of_two
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "cluster",
     "comm",
     "curve",
+    "expected_max",
     "from_profile",
     "gpu",
     "gradients",
