@@ -5,6 +5,7 @@
     dk.scale.gpu("V100")                          # one preset accelerator
     dk.scale.network("IB-HDR")                    # one preset link
     replace(dk.scale.gpu("A100"), sustained_flops=80e12)   # edit a preset: a new object
+    dk.scale.cluster("A100", gpus_per_node=8, intra="NVLink3", nics_per_node=4, nic_gbps=200)
 
 Every preset is public specification, not measurement:
 
@@ -17,10 +18,19 @@ Every preset is public specification, not measurement:
   4.1 TFLOP/s, 39% of 10.6. Notebook 09 shows the published checks for 0.4-0.6.)
 - links: bandwidth is the line rate per direction (Gb/s / 8); latency is a typical
   one-way small-message latency of the transport (RDMA and NVLink a few microseconds,
-  kernel TCP tens of microseconds). Bandwidths are upper bounds: real all-reduce buses
-  reach 80-95% of them. An NVLink preset is the sum of all of one GPU's links, as if one
+  kernel TCP tens of microseconds). Bandwidths are upper bounds: the step's timeline
+  (:mod:`ddlkit.scale.timeline`) moves an all-reduce's bytes at :data:`BANDWIDTH_SHARE` of
+  them, an assumption (real all-reduce buses reach 80-95% of line rate), and a kernel-TCP
+  preset's ``stream`` caps one connection at :data:`TCP_STREAM`, an assumption too: NCCL's
+  socket transport moves a connection through one socket and one CPU thread unless
+  ``NCCL_SOCKET_NTHREADS`` and ``NCCL_NSOCKS_PERTHREAD`` say otherwise (NCCL's
+  environment-variable documentation), and Horovod's TCP rows are only matched with about
+  15 Gbit/s a connection. An NVLink preset is the sum of all of one GPU's links, as if one
   ring edge could use them all: NCCL gets there only with several rings over the links,
   so inside a server the presets are optimistic.
+- jitter: :data:`STEP_JITTER`, how much one worker's compute varies from step to step
+  (standard deviation / mean), an assumption for every machine; a synchronous step waits for
+  the slowest of its workers (:func:`ddlkit.scale.predict.expected_max`).
 - nodes: ``nics`` is how many network ports of the ``inter`` link a node has (a DGX A100
   has 8 HDR ports, one per GPU; a cloud VM usually one). The model assumes every term that
   crosses the network uses the node's aggregate bandwidth, ``nics x`` the link's, with at most
@@ -38,7 +48,10 @@ from ddlkit._tables import html_table, text_table
 from ddlkit.errors import ConfigError
 
 SUSTAINED_SHARE = 0.5  # sustained / peak FLOP/s, the same for every accelerator preset
-# Assumptions of the step's timeline (ddlkit.scale.timeline), one value for every machine:
+# Assumptions of the step's timeline (ddlkit.scale.timeline), one value for every machine. They
+# are the model's free figures: each was picked within its plausible range (0.8-0.9 of line rate,
+# 2-3% jitter, 10-20 Gbit/s a TCP connection) with the published runs in view, and
+# dk.scale.sensitivity shows how far each moves a prediction.
 BANDWIDTH_SHARE = 0.85  # an all-reduce's bytes move at this share of a link's line rate
 TCP_STREAM = 15e9 / 8  # bytes/s one kernel-TCP connection reaches (one socket, one core)
 STEP_JITTER = 0.03  # a worker's compute time varies by this share (standard deviation)
