@@ -44,7 +44,7 @@ def add_experiment_parser(subparsers) -> argparse.ArgumentParser:
 def main_experiment(args: argparse.Namespace) -> int:
     """Probe, run, print; 0 when every case that was not skipped measured, else 1."""
     from ddlkit.experiments import experiment
-    from ddlkit.experiments.results import prediction_table
+    from ddlkit.experiments.results import ASSUMPTIONS, prediction_table
     from ddlkit.scale import node
 
     for name in args.predict:  # a bad preset fails before anything runs
@@ -62,6 +62,9 @@ def main_experiment(args: argparse.Namespace) -> int:
         print(prediction_table(rows))
     for why in left_out:
         print(f"not predicted here: {why}")
+    for name in args.predict:
+        print(f"\n{exp.sensitivity(name, 1024)}")
+    print("\nassumptions:\n" + "\n".join(f"- {a}" for a in ASSUMPTIONS))
     written = exp.write(hardware=tuple(args.predict))
     print(f"results: {written}")
     if args.json:

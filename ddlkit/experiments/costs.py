@@ -15,6 +15,10 @@ Everything here is measured on the model, none of it from a formula about layers
   forward pass, and the training step's forward pass, loss and gradients. It counts the ops
   that register a ``flops`` statistic (``MatMul``, ``Conv2D`` and their gradients, element-wise
   arithmetic...); an op without one counts 0, so the counts are a floor.
+- **When each gradient is ready** in the backward pass (what an all-reduce can overlap):
+  :func:`ddlkit.scale.gradients.of_keras`, from the model's Conv2D and Dense layers, where
+  those layers hold at least :data:`COVERED` of the forward FLOPs TensorFlow counts; else
+  ready at even intervals (``dk.scale.gradients.uniform``), and the costs say so.
 - **Activations**: the bytes of every tensor the forward pass makes whose first dimension is
   the batch, per example: what backpropagation may keep until the backward pass uses it
   (ops that only rename or reshape a tensor are left out). An upper bound: TensorFlow frees
@@ -24,6 +28,8 @@ Everything here is measured on the model, none of it from a formula about layers
 from __future__ import annotations
 
 from ddlkit.experiments.spec import GradientTensor, ModelCosts
+
+COVERED = 0.9  # share of the forward FLOPs the layer count must explain to time the gradients
 
 # Ops whose output is another op's tensor under a new name or shape: no new memory.
 ALIASES = frozenset(
@@ -90,6 +96,7 @@ def model_costs(model, batch: tuple, *, name: str = "model") -> ModelCosts:
 
     fwd_graph = tf.function(forward).get_concrete_function(x_spec).graph
     train_graph = tf.function(train).get_concrete_function(x_spec, y_spec).graph
+    readiness, basis = gradient_readiness(model, profiled_flops(fwd_graph) / size)
     optimizer_bytes = sum(
         int(v.shape.num_elements()) * v.dtype.size for v in _optimizer_variables(model)
     )
@@ -104,7 +111,23 @@ def model_costs(model, batch: tuple, *, name: str = "model") -> ModelCosts:
         weight_bytes=sum(int(v.shape.num_elements()) * v.dtype.size for v in model.weights),
         optimizer_bytes=optimizer_bytes,
         policy=_policy(model),
+        readiness=readiness,
+        readiness_basis=basis,
     )
+
+
+def gradient_readiness(model, forward_flops: float) -> tuple[tuple, str]:
+    """When each gradient is ready, and how that was found (see the module docstring)."""
+    from ddlkit.bench.ratio import forward_flops as layer_flops
+    from ddlkit.scale import gradients
+
+    counted = layer_flops(model) if hasattr(model, "layers") else 0
+    share = counted / forward_flops if forward_flops else 0.0
+    if share >= COVERED:
+        return gradients.of_keras(model), f"by layer ({share:.0%} of the FLOPs in Conv2D/Dense)"
+    nbytes = sum(int(v.shape.num_elements()) * 4 for v in model.trainable_variables)
+    found = gradients.uniform(nbytes, len(model.trainable_variables))
+    return found, f"even intervals, assumed (Conv2D/Dense hold {share:.0%} of the FLOPs)"
 
 
 def _optimizer_variables(model) -> list:

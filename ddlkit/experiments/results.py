@@ -41,11 +41,16 @@ ALGORITHMS = {"horovod": "ring", "multi_worker": "ring", "parameter_server": "ps
 ASSUMPTIONS = (
     "weak scaling: every worker keeps the measured per-worker batch",
     "compute: the training step's FLOPs by TensorFlow's profiler, at the accelerator's "
-    "sustained share of peak (dk.scale.SUSTAINED_SHARE); on this machine the measured step",
-    "gradients: the model's own bytes and tensors; Horovod fuses them in 64 MiB buffers, "
-    "MultiWorkerMirrored packs them in one",
-    "communication overlaps the backward pass by half (dk.scale's default overlap 0.5)",
-    "left out: stragglers, congestion from other jobs, input pipelines that cannot keep up",
+    "sustained share of peak (dk.scale.SUSTAINED_SHARE), with no per-step floor (kernel "
+    "launches, Python): a model whose step is far below a millisecond is predicted "
+    "communication-bound; on this machine the measured step",
+    "gradients: the model's own bytes and tensors, ready in the backward pass as the costs "
+    "say; Horovod fuses them over its cycle (dk.scale's step timeline), MultiWorkerMirrored "
+    "packs them into one all-reduce after the backward pass, the parameter server pushes "
+    "them as they are ready and pulls after the backward pass (one ps task per node)",
+    "stragglers: each step waits for the slowest of N workers at the hardware's jitter",
+    "left out: congestion from other jobs, the all-reduce slowing the backward pass it "
+    "overlaps, input pipelines that cannot keep up: exp.sensitivity() re-predicts with each",
 )
 
 
@@ -74,13 +79,18 @@ class Experiment:
         return cls(directory, costs, load_results(directory / "bench.json"))
 
     # ---- the model as the scaling model sees it
-    def spec(self):
+    def spec(self, strategy: str = "horovod"):
         """The model's costs as a :class:`ddlkit.scale.ModelSpec` (the step's FLOPs / 3 as the
-        forward FLOPs, so that ModelSpec's 3x gives back TensorFlow's own count)."""
+        forward FLOPs, so that ModelSpec's 3x gives back TensorFlow's own count), its
+        gradients ready as the costs say; MultiWorkerMirrored's one pack leaves after the
+        backward pass, so for it every gradient is ready at the end."""
         from ddlkit.bench.ratio import TRAIN_FLOPS_FACTOR
         from ddlkit.scale import ModelSpec
 
         c = self.costs
+        ready = tuple(tuple(r) for r in c.readiness)
+        if strategy == "multi_worker" and ready:
+            ready = ((1.0, sum(int(r[1]) for r in ready), sum(int(r[2]) for r in ready)),)
         return ModelSpec(
             c.name,
             float(c.params),
@@ -88,6 +98,7 @@ class Experiment:
             c.batch,
             max(1, len(c.gradients)),
             "TensorFlow's profiler on the user's model (training step / 3)",
+            gradients=ready,
         )
 
     def _algorithm(self, strategy: str, hardware, workers: int):
@@ -95,9 +106,15 @@ class Experiment:
 
         if strategy == "parameter_server":
             return Algorithm("ps", servers=hardware.nodes(workers))
-        if strategy == "multi_worker":
-            return Algorithm("ring", fusion_bytes=float(self.costs.total_gradient_bytes) or None)
         return Algorithm("ring")
+
+    def sensitivity(self, hardware, workers: int, strategy: str = "horovod"):
+        """How far each effect the prediction leaves out moves it (dk.scale.sensitivity)."""
+        from ddlkit.scale import node, sensitivity
+
+        hw = node(hardware) if isinstance(hardware, str) else hardware
+        return sensitivity(self.spec(strategy), hw, workers,
+                           self._algorithm(strategy, hw, workers))  # fmt: skip
 
     def predict(self, hardware, *, workers=SIZES, strategies=tuple(ALGORITHMS)) -> list[dict]:
         """Efficiency and throughput of ``workers`` workers on ``hardware`` (a node preset
@@ -110,7 +127,7 @@ class Experiment:
         rows = []
         for strategy in strategies:
             for n in workers:
-                p = predict(self.spec(), hw, n, self._algorithm(strategy, hw, n))
+                p = predict(self.spec(strategy), hw, n, self._algorithm(strategy, hw, n))
                 rows.append(_row(label, strategy, p))
         return rows
 
@@ -129,11 +146,12 @@ class Experiment:
                 left_out.append(f"{strategy}: not measured ({missing})")
                 continue
             via = "horovod" if strategy == "horovod" else "multi_worker"
-            cal = calibrate(self.results.path, {via: FITS[via]}, self.spec(),
+            spec = self.spec(strategy)
+            cal = calibrate(self.results.path, {via: FITS[via]}, spec,
                             strategies=[strategy])[strategy]  # fmt: skip
             kind = "async_ps" if strategy == "parameter_server" else "ring"
-            for n in workers:
-                p = predict(self.spec(), cal.hardware, n, kind, overlap=0.0)
+            for n in workers:  # as calibrate predicts: no overlap on a CPU's shared cores
+                p = predict(spec, cal.hardware, n, kind, overlap=0.0)
                 rows.append(_row("this machine (calibrated)", strategy, p))
         return rows, left_out
 
@@ -179,6 +197,16 @@ class Experiment:
     def to_json(self, *, hardware=()) -> dict[str, Any]:
         here, left_out = self.here()
         predicted = here + [row for hw in hardware for row in self.predict(hw)]
+        moved = []
+        for hw in hardware:  # how far what the model leaves out moves its largest size
+            s = self.sensitivity(hw, SIZES[-1])
+            moved.append({
+                "where": hw if isinstance(hw, str) else s.base.hardware.accelerator.name,
+                "strategy": "horovod", "workers": SIZES[-1], "efficiency": s.base.efficiency,
+                "low": s.low, "high": s.high,
+                "variants": [{"effect": v.effect, "how": v.how,
+                              "efficiency": v.prediction.efficiency} for v in s.variants],
+            })  # fmt: skip
         return {
             "experiment": self.costs.name,
             "bench": self.results.bench_id,
@@ -187,6 +215,7 @@ class Experiment:
             "predictions": predicted,
             "predictions_left_out": left_out,
             "assumptions": list(ASSUMPTIONS),
+            "sensitivity": moved,
         }
 
     def write(self, path: str | Path | None = None, *, hardware=()) -> Path:

@@ -25,7 +25,7 @@ imports the file unchanged in every worker and writes the strategy around it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +229,10 @@ class ModelCosts:
     optimizer_bytes: int
     policy: str = "float32"
     peak_rss: int = 0
-    extra: dict = field(default_factory=dict)
+    # when each gradient is ready in the backward pass (dk.scale.gradients' profile), and how
+    # it was found: from the model's Conv2D and Dense layers, or even intervals (assumed)
+    readiness: tuple = ()
+    readiness_basis: str = ""
 
     @property
     def gradient_bytes(self) -> dict[str, int]:
@@ -268,6 +271,8 @@ class ModelCosts:
             "optimizer_bytes": self.optimizer_bytes,
             "policy": self.policy,
             "peak_rss": self.peak_rss,
+            "readiness": [list(r) for r in self.readiness],
+            "readiness_basis": self.readiness_basis,
         }
 
     @classmethod
@@ -286,6 +291,8 @@ class ModelCosts:
             optimizer_bytes=int(raw["optimizer_bytes"]),
             policy=raw.get("policy", "float32"),
             peak_rss=int(raw.get("peak_rss", 0)),
+            readiness=tuple(tuple(r) for r in raw.get("readiness", ())),
+            readiness_basis=raw.get("readiness_basis", ""),
         )
 
     HEADERS = ("quantity", "value", "counted by")
@@ -307,6 +314,7 @@ class ModelCosts:
             ("weights + optimizer state", f"{(self.weight_bytes + self.optimizer_bytes) / 1e6:,.2f}"
              " MB", "after one step"),
             ("dtype policy", self.policy, "Keras mixed precision"),
+            ("gradients ready", self.readiness_basis or "-", "for the overlap predicted"),
             ("one worker's peak memory", f"{self.peak_rss / 1e6:,.0f} MB",
              "the probe process, TensorFlow included"),
         ]  # fmt: skip

@@ -28,6 +28,12 @@ def test_a_mixed_precision_cnn_is_counted_exactly():
     # activations in float16: the conv's 14x14x8 output at 2 bytes is counted, not at 4
     assert 14 * 14 * 8 * 2 <= costs.activation_bytes < 3 * 14 * 14 * 8 * 4
     assert costs.peak_rss > 100e6 and found["eval"] is False
+    # the dense layer's gradients are ready first, after its share of the backward pass
+    assert costs.readiness_basis.startswith("by layer")
+    (d_share, d_bytes, d_tensors), (c_share, c_bytes, c_tensors) = costs.readiness
+    assert (d_bytes, d_tensors, c_bytes, c_tensors) == (4 * (15680 + 10), 2, 4 * (216 + 8), 2)
+    assert d_share == pytest.approx((dense + 10) / (conv + dense + biases), abs=1e-3)
+    assert c_share == 1.0
 
 
 def test_two_inputs_an_embedding_and_a_held_out_set():
@@ -36,6 +42,9 @@ def test_two_inputs_an_embedding_and_a_held_out_set():
     assert names[0].startswith("embedding") and any("multi_head_attention" in n for n in names)
     assert costs.params == sum(g.elements for g in costs.gradients)
     assert found["eval"] is True and "accuracy" in found["metrics"]
+    # attention's einsums are not Conv2D or Dense: readiness is assumed, and says so
+    assert costs.readiness_basis.startswith("even intervals, assumed")
+    assert sum(r[1] for r in costs.readiness) == pytest.approx(costs.total_gradient_bytes, abs=16)
 
 
 def test_an_uncompiled_model_takes_the_loss_and_optimizer_named():

@@ -46,6 +46,9 @@ def test_the_cli_runs_a_users_model_under_three_strategies_and_writes_the_json(t
     assert sizes[0] == 1 and sizes[-1] == 1024
     assert {p["strategy"] for p in preset} == {"horovod", "multi_worker", "parameter_server"}
     assert all(0 < p["efficiency"] <= 1 for p in preset)
+    (moved,) = doc["sensitivity"]  # what the prediction leaves out, re-predicted
+    assert moved["low"] <= moved["efficiency"] <= moved["high"] and len(moved["variants"]) >= 5
+    assert "assumptions:" in done.stdout
     # experiment.json beside bench.json holds the same
     (bench_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     assert json.loads((bench_dir / "experiment.json").read_text())["cases"] == doc["cases"]
