@@ -1,5 +1,9 @@
 """Published data-parallel scaling results, and what the model predicts for each (pure).
 
+One concern, kept whole (about 440 lines): the model held to published runs, run by run
+(:func:`check`), series by series (:func:`trends`) and against the models that cannot scale
+(:func:`scorecard`); the run list itself is :mod:`ddlkit.scale.runs`.
+
     dk.scale.published.check()        # predicted vs published efficiency, one table
     dk.scale.published.scorecard()    # the same runs against a model that ignores communication
 
