@@ -3,6 +3,7 @@
 ddlkit experiment my_model.py
 ddlkit experiment my_model.py --strategies multi_worker horovod --workers 1 2 --steps 50
 ddlkit experiment my_model.py --model make_net --data make_data --predict DGX-A100 --json out.json
+ddlkit experiment my_model.py --cluster A100:8:NVLink3:4x200:rdma    # a cluster you describe
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ def add_experiment_parser(subparsers) -> argparse.ArgumentParser:
         metavar="PRESET",
         help="node presets to predict 1 to 1,024 workers of (dk.scale.nodes())",
     )
+    p.add_argument(
+        "--cluster",
+        nargs="*",
+        default=[],
+        metavar="GPU:PER_NODE:INTRA:NICSxGBPS[:tcp]",
+        help="a cluster you describe, e.g. A100:8:NVLink3:4x200 (RDMA unless :tcp)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here too")
     p.add_argument("--runs-dir", default=None, help="default: DDLKIT_RUNS or ./runs")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before stopping")
@@ -47,8 +55,9 @@ def main_experiment(args: argparse.Namespace) -> int:
     from ddlkit.experiments.results import ASSUMPTIONS, prediction_table
     from ddlkit.scale import node
 
-    for name in args.predict:  # a bad preset fails before anything runs
+    for name in args.predict:  # a bad preset or cluster fails before anything runs
         node(name)
+    places = [*args.predict, *(described(text) for text in args.cluster)]
     exp = experiment(
         args.file, strategies=args.strategies, workers=args.workers, steps=args.steps,
         batch=args.batch_size, repeats=args.repeats, model=args.model, data=args.data,
@@ -57,16 +66,39 @@ def main_experiment(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(f"\n{exp.costs_table()}\n\n{exp.results}\n")
     here, left_out = exp.here()
-    rows = here + [r for name in args.predict for r in exp.predict(name)]
+    rows = here + [r for place in places for r in exp.predict(place)]
     if rows:
         print(prediction_table(rows))
     for why in left_out:
         print(f"not predicted here: {why}")
-    for name in args.predict:
-        print(f"\n{exp.sensitivity(name, 1024)}")
+    for place in places:
+        print(f"\n{exp.sensitivity(place, 1024)}")
     print("\nassumptions:\n" + "\n".join(f"- {a}" for a in ASSUMPTIONS))
-    written = exp.write(hardware=tuple(args.predict))
+    written = exp.write(hardware=tuple(places))
     print(f"results: {written}")
     if args.json:
-        print(f"json: {exp.write(args.json, hardware=tuple(args.predict))}")
+        print(f"json: {exp.write(args.json, hardware=tuple(places))}")
     return 1 if any(c.error for c in exp.results.cases) else 0
+
+
+def described(text: str):
+    """``GPU:PER_NODE:INTRA:NICSxGBPS[:tcp]`` as ``dk.scale.cluster`` builds it."""
+    from ddlkit.errors import ConfigError
+    from ddlkit.scale import cluster
+
+    parts = text.split(":")
+    fix = "Fix: e.g. --cluster A100:8:NVLink3:4x200 (4 ports of 200 Gbit/s, RDMA) or ...:tcp"
+    try:
+        gpu, per_node, intra, nics = parts[:4]
+        count, gbps = nics.lower().split("x")
+        transport = parts[4] if len(parts) == 5 else "rdma"
+        if len(parts) > 5:
+            raise ValueError
+        return cluster(gpu, gpus_per_node=int(per_node), intra=intra, nics_per_node=int(count),
+                       nic_gbps=float(gbps), transport=transport)  # fmt: skip
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(
+            f"--cluster {text!r} is not GPU:PER_NODE:INTRA:NICSxGBPS[:tcp]. {fix}"
+        ) from None

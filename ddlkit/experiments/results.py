@@ -123,7 +123,7 @@ class Experiment:
         from ddlkit.scale.predict import predict
 
         hw = node(hardware) if isinstance(hardware, str) else hardware
-        label = hardware if isinstance(hardware, str) else hw.accelerator.name
+        label = hardware if isinstance(hardware, str) else _described(hw)
         rows = []
         for strategy in strategies:
             for n in workers:
@@ -201,7 +201,7 @@ class Experiment:
         for hw in hardware:  # how far what the model leaves out moves its largest size
             s = self.sensitivity(hw, SIZES[-1])
             moved.append({
-                "where": hw if isinstance(hw, str) else s.base.hardware.accelerator.name,
+                "where": hw if isinstance(hw, str) else _described(hw),
                 "strategy": "horovod", "workers": SIZES[-1], "efficiency": s.base.efficiency,
                 "low": s.low, "high": s.high,
                 "variants": [{"effect": v.effect, "how": v.how,
@@ -233,6 +233,11 @@ class Experiment:
 
     def _repr_html_(self) -> str:
         return self.costs_table()._repr_html_() + self.results._repr_html_()
+
+
+def _described(hw) -> str:
+    """A cluster as a row names it: its accelerators per node and network."""
+    return f"{hw.per_node} x {hw.accelerator.name} per node, {hw.inter.name}"
 
 
 def _row(where: str, strategy: str, p) -> dict:

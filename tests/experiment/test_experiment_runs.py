@@ -20,8 +20,9 @@ def test_the_cli_runs_a_users_model_under_three_strategies_and_writes_the_json(t
     out = tmp_path / "exp.json"
     argv = [*DDLKIT, "experiment", str(MODELS / "text_encoder.py"), "--strategies",
             "multi_worker", "parameter_server", "horovod", "--workers", "2", "--steps", "20",
-            "--batch-size", "16", "--eval-every", "10", "--predict", "DGX-A100", "--json",
-            str(out), "--runs-dir", str(tmp_path / "runs")]  # fmt: skip
+            "--batch-size", "16", "--eval-every", "10", "--predict", "DGX-A100", "--cluster",
+            "A100:8:NVLink3:4x200", "--json", str(out), "--runs-dir",
+            str(tmp_path / "runs")]  # fmt: skip
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL
     )
@@ -46,7 +47,9 @@ def test_the_cli_runs_a_users_model_under_three_strategies_and_writes_the_json(t
     assert sizes[0] == 1 and sizes[-1] == 1024
     assert {p["strategy"] for p in preset} == {"horovod", "multi_worker", "parameter_server"}
     assert all(0 < p["efficiency"] <= 1 for p in preset)
-    (moved,) = doc["sensitivity"]  # what the prediction leaves out, re-predicted
+    described = [p for p in doc["predictions"] if p["where"] == "8 x A100 per node, 200G-rdma"]
+    assert len(described) == len(preset)  # the cluster described on the command line
+    moved, _ = doc["sensitivity"]  # what the prediction leaves out, re-predicted
     assert moved["low"] <= moved["efficiency"] <= moved["high"] and len(moved["variants"]) >= 5
     assert "assumptions:" in done.stdout
     # experiment.json beside bench.json holds the same

@@ -84,3 +84,28 @@ def test_a_model_that_does_not_fit_the_memory_each_worker_gets_is_refused_before
     erun.check_memory(costs(), cases, available=4 * 700_000_000)  # fits exactly
     with pytest.raises(ConfigError, match=r"parameter_server-x2's 4 processes need about 2\.8 GB"):
         erun.check_memory(costs(), cases, available=2_000_000_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("A100:8", "is not GPU:PER_NODE:INTRA:NICSxGBPS"),
+        ("A100:8:NVLink3:4", "is not GPU:PER_NODE:INTRA:NICSxGBPS"),
+        ("Z9:8:NVLink3:4x200", "unknown accelerator preset 'Z9'"),
+        ("A100:8:NVLink3:4x200:udp", "transport='udp' is not 'rdma' or 'tcp'"),
+    ],
+)
+def test_a_described_cluster_that_does_not_parse_is_one_error(text, words):
+    from ddlkit.experiments.cli import described
+
+    with pytest.raises(ConfigError, match=words):
+        described(text)
+
+
+def test_a_described_cluster_is_the_hardware_dk_scale_builds():
+    from ddlkit.experiments.cli import described
+    from ddlkit.scale import cluster
+
+    assert described("A100:8:NVLink3:4x200:tcp") == cluster(
+        "A100", gpus_per_node=8, intra="NVLink3", nics_per_node=4, nic_gbps=200, transport="tcp"
+    )
