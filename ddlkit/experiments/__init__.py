@@ -5,6 +5,7 @@
     exp                       # the model's costs and every case measured here
     exp.plot()
     exp.predict("DGX-A100")   # 1 to 1,024 workers of a cluster you do not have
+    dk.experiments.costs("my_model.py", batch=32)   # the costs alone, nothing run
 
     ddlkit experiment my_model.py --strategies multi_worker horovod --workers 1 2 --json out.json
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from ddlkit.experiments.spec import STRATEGIES, ModelCosts, UserCase, UserModel, plan
 
-__all__ = ["STRATEGIES", "ModelCosts", "UserCase", "UserModel", "experiment", "plan"]
+__all__ = ["STRATEGIES", "ModelCosts", "UserCase", "UserModel", "costs", "experiment", "plan"]
 
 
 def experiment(
@@ -78,3 +79,13 @@ def _show_dashboard(run) -> None:
     from IPython.display import display
 
     display(run.dashboard())
+
+
+def costs(path: str | Path, *, batch: int = 64, model: str = "build_model", data: str = "dataset",
+          loss: str | None = None, optimizer: str | None = None) -> ModelCosts:  # fmt: skip
+    """What one step of the model of ``path`` costs at ``batch`` per worker, without running an
+    experiment: the same one-process check (:mod:`.probe`), so a bad file is the same error."""
+    from ddlkit.experiments.run import check_file
+
+    user = UserModel.of(path, model=model, data=data, loss=loss, optimizer=optimizer)
+    return check_file(user, batch)[0]
