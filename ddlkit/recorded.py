@@ -14,7 +14,9 @@ Names: ``bench.<case>.<field>`` (fields: ``examples_per_sec`` and its ``_min``/`
 the repeats, ``step_ms``, ``vs_single``, ``vs_ceiling``, ``vs_reference``, ``speedup``,
 ``efficiency``, ``comm_share``, ``comm_ms``), ``bench.overhead.*``, ``bench.load.*``,
 ``bench.wall_seconds``; ``allreduce.<strategy>.latency_ms`` and ``.bandwidth_gbs`` (the fit
-``t = a + n / B``) and ``.ms_<size>`` (the median at one size, e.g. ``ms_1KiB``).
+``t = a + n / B``) and ``.ms_<size>`` (the median at one size, e.g. ``ms_1KiB``);
+``runtime.<notebook>.minutes`` (a lesson run top to bottom at its default sizes,
+``benchmarks/time_notebooks.py``; only runs that passed).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ddlkit.settings import REPO_ROOT
 
 DATA = REPO_ROOT / "notebooks" / "data"
 BENCH = "bench-full.json"
+TIMES = "notebook-times.json"  # benchmarks/time_notebooks.py
 # the all-reduce fits, by the strategy (and transport) each one timed: Horovod as the horovod
 # strategy runs it here (MPI), Horovod over Gloo, and MultiWorkerMirrored's gRPC collectives
 ALLREDUCE = {
@@ -80,6 +83,8 @@ class Quantity:
             return f"{v:.2f} ms"
         if self.unit == "GB/s":
             return f"{v:.2f} GB/s"
+        if self.unit == "minutes":
+            return f"{v:.1f} minutes"
         return f"{v:g} {self.unit}".strip()
 
 
@@ -183,7 +188,26 @@ def quantities(data_dir: str | Path | None = None) -> dict[str, Quantity]:
     for strategy, name in ALLREDUCE.items():
         if (data / name).exists():
             found += _allreduce_quantities(strategy, data / name)
+    if (data / TIMES).exists():
+        found += _runtime_quantities(data / TIMES)
     return {q.name: q for q in found}
+
+
+def _runtime_quantities(path: Path) -> list[Quantity]:
+    doc = json.loads(path.read_text())
+    machine = doc.get("machine", {})
+    where = f"{machine.get('cores', '?')} cores of {machine.get('cpu', 'an unrecorded CPU')}"
+    return [
+        Quantity(
+            f"runtime.{stem}.minutes",
+            run["seconds"] / 60,
+            "minutes",
+            f"notebook {stem} top to bottom at its default sizes, {where}",
+            path.name,
+        )
+        for stem, run in sorted(doc.get("notebooks", {}).items())
+        if run.get("ok")
+    ]
 
 
 def get(name: str, data_dir: str | Path | None = None) -> Quantity:

@@ -187,6 +187,26 @@ def line_citations(place: str) -> list[str]:
     ]
 
 
+# How a lesson's first cell says its run time at default sizes, on 2 cores.
+RUNTIME_FORM = "About N minutes on 2 cores (or: Under a minute on 2 cores)"
+RUNTIME = re.compile(r"\b(Under a minute|About \d+ minutes?) on 2 cores\b")
+
+
+def runtime_words(minutes: float) -> str:
+    """How a run of ``minutes`` is said: "Under a minute", else "About N minute(s)" (rounded)."""
+    if minutes < 1:
+        return "Under a minute"
+    whole = round(minutes)
+    return f"About {whole} minute{'s' if whole != 1 else ''}"
+
+
+def runtime_said(place: str) -> str | None:
+    """What the lesson's first cell says of its run time, without "on 2 cores"; None if nothing."""
+    nb = json.loads((NOTEBOOKS / f"{place}.ipynb").read_text())
+    found = RUNTIME.search(squash("".join(nb["cells"][0]["source"])))
+    return found.group(1) if found else None
+
+
 def dated(place: str) -> list[str]:
     """Dates, times, issue numbers and history words in a notebook's prose."""
     text = squash(prose_of(place))

@@ -47,6 +47,22 @@ def test_lessons_name_no_dates_times_or_issues(place):
     assert not found, "a lesson says what is true now:\n" + "\n".join(found)
 
 
+LESSONS = [p for p in PLACES if cl.is_lesson(p) and not p.startswith("solutions/")]
+
+
+@pytest.mark.parametrize("place", LESSONS)
+def test_every_lesson_says_how_long_it_takes_as_recorded(place, values):
+    """The first cell says how long the lesson takes at its default sizes, rounded to whole
+    minutes, as benchmarks/time_notebooks.py recorded it (notebooks/data/notebook-times.json)."""
+    said = cl.runtime_said(place)
+    assert said is not None, f"{place}: the first cell does not say {cl.RUNTIME_FORM!r}"
+    name = f"runtime.{place}.minutes"
+    assert name in values, f"{place}: no recorded time. Fix: benchmarks/time_notebooks.py {place}"
+    assert said == cl.runtime_words(values[name]), (
+        f"{place} says {said!r}; the recording says {cl.runtime_words(values[name])!r}"
+    )
+
+
 @pytest.mark.parametrize("place", PLACES)
 def test_sources_are_cited_by_file_and_function_not_line(place):
     found = cl.line_citations(place)
@@ -54,6 +70,12 @@ def test_sources_are_cited_by_file_and_function_not_line(place):
 
 
 # -- the rules themselves, on made-up prose ------------------------------------------------
+
+
+def test_run_times_are_said_in_whole_minutes():
+    assert cl.runtime_words(0.4) == "Under a minute"
+    assert cl.runtime_words(1.4) == "About 1 minute"
+    assert cl.runtime_words(4.6) == "About 5 minutes"
 
 
 def test_a_quote_matches_at_its_own_precision():
