@@ -21,9 +21,9 @@ _SUBMODULES = {
     name: f"ddlkit.{name}"
     for name in (
         "backend", "bench", "check", "cluster", "contract", "data", "env", "environments",
-        "errors", "experiments", "horovod", "hosts", "interactive", "k8s", "launch", "lessons", "metrics",
-        "models", "parallel", "plots", "recorded", "results", "scale", "settings", "slurm",
-        "spark", "strategies", "where",
+        "errors", "experiments", "horovod", "hosts", "interactive", "k8s", "launch", "lessons",
+        "metrics", "models", "parallel", "plots", "recorded", "results", "scale", "settings",
+        "slurm", "spark", "strategies", "where",
     )
 } | {
     "faults": "ddlkit.lessons.faults",
