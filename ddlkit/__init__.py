@@ -22,7 +22,7 @@ _SUBMODULES = {
     for name in (
         "backend", "bench", "check", "cluster", "contract", "data", "env", "environments",
         "errors", "horovod", "hosts", "interactive", "k8s", "launch", "lessons", "metrics",
-        "models", "parallel", "plots", "recorded", "results", "scale", "settings", "slurm",
+        "models", "parallel", "plots", "ray", "recorded", "results", "scale", "settings", "slurm",
         "spark", "strategies", "where",
     )
 } | {
