@@ -1,0 +1,135 @@
+"""The kit's MWMS script as Ray actors on a real 2-node Ray cluster (no mocks).
+
+Each worker trains a few steps on its own node, both workers' records reach this process's
+collector and the workers end with identical weights; a worker killed mid-run fails the job
+within seconds, naming it, and leaves no actor nor placement group on the cluster; a run that
+asks for more CPUs than the cluster has is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness.procutil import alive, wait_until
+
+from ddlkit.errors import ConfigError, WorkerFailedError
+from ddlkit.launch import run as run_mod
+from ddlkit.procs import descendants
+from ddlkit.where import Ray
+
+SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "train_multi_worker.py"
+STEPS = ["--epochs", "1", "--steps-per-epoch", "4", "--batch-size", "32"]
+pytestmark = pytest.mark.slow
+
+
+def _start(cluster, tmp_path, args=STEPS, workers=2, placement="STRICT_SPREAD"):
+    return run_mod.start(
+        SCRIPT,
+        strategy="multi_worker",
+        workers=workers,
+        args=args,
+        where=Ray(cluster.address, placement=placement),
+        runs_dir=tmp_path,
+    )
+
+
+def _cluster_holds(cluster) -> dict:
+    """The actors and placement groups the cluster still holds, as its GCS says (Ray's state
+    API needs the dashboard, which the local cluster does not start)."""
+    code = (
+        "import json, ray\n"
+        "from ray._private import state\n"
+        "from ray.util import placement_group_table\n"
+        "ray.init(log_to_driver=False, logging_level='ERROR')\n"
+        "actors = [a['State'] for a in state.actors().values() if a['State'] != 'DEAD']\n"
+        "groups = [g['state'] for g in placement_group_table().values()"
+        " if g['state'] != 'REMOVED']\n"
+        "print(json.dumps({'actors': actors, 'groups': groups, "
+        "'cpus': ray.available_resources().get('CPU', 0)}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **cluster.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_mwms_trains_as_actors_on_two_nodes_with_live_metrics(ray_cluster, data_env, tmp_path):
+    run = _start(ray_cluster, tmp_path)
+    result = run.wait(timeout=300)
+    assert result.ok, run.tail("ray-driver", 60)
+    names = ["worker-0", "worker-1"]
+    reports = run.results()
+    assert sorted(reports) == names, (reports, run.tail("ray-driver", 40))
+    a, b = (reports[n] for n in names)
+    assert a["weights_checksum"] == b["weights_checksum"], "workers diverged"
+    assert a["replicas"] == b["replicas"] == 2 and a["steps"] == 4
+    for name in names:  # every worker's steps reached this process's collector, live
+        assert [r.kind for r in run.records(name)].count("step") == 4, name
+    driver = run.tail("ray-driver", 40)
+    # STRICT_SPREAD: one worker on each node, so each node's address is in a TF_CONFIG
+    assert "nodes 127.0.0.2, 127.0.0.3" in driver or "nodes 127.0.0.3, 127.0.0.2" in driver, driver
+    assert "worker-1: finished" in driver
+    held = _cluster_holds(ray_cluster)
+    assert held["actors"] == [] and held["groups"] == [] and held["cpus"] == 2, held
+
+
+def _worker_pid(cluster, name: str) -> int | None:
+    """The training process an actor started (below a node's raylet)."""
+    for node in cluster.procs:
+        for pid, cmd in descendants(node.pid):
+            if SCRIPT.name in cmd and "ddlkit.ray" not in cmd and f"={name}\0" in _env(pid):
+                return pid
+    return None
+
+
+def _env(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_killed_worker_fails_the_job_fast_naming_it(ray_cluster, data_env, tmp_path):
+    args = ["--epochs", "1", "--steps-per-epoch", "100000", "--batch-size", "32"]
+    run = _start(ray_cluster, tmp_path, args)
+    assert wait_until(lambda: run.records("worker-1"), 240, step=0.2), run.tail("ray-driver")
+    pid = _worker_pid(ray_cluster, "worker-1")
+    assert pid is not None
+    other = _worker_pid(ray_cluster, "worker-0")
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerFailedError) as failed:
+        run.wait(timeout=60)
+    took = time.monotonic() - killed
+    # Seconds: the actor sees its child die and returns the failure; the driver then kills
+    # every actor. Left alone, worker-0 would wait in its all-reduce for TensorFlow's timeout.
+    assert took < 30, f"the job took {took:.0f} s to fail"
+    text = str(failed.value)
+    assert "worker-1" in text and "Ray actor 1" in text and "SIGKILL" in text, text
+    assert wait_until(lambda: not alive(other), 15), "worker-0's training process was left"
+    assert not alive(run.job._procs["ray-driver"].pid)
+    held = _cluster_holds(ray_cluster)
+    assert held["actors"] == [] and held["groups"] == [] and held["cpus"] == 2, held
+
+
+def test_more_workers_than_the_clusters_cpus_is_refused(ray_cluster, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        _start(ray_cluster, tmp_path, workers=3)
+    text = str(refused.value)
+    assert "3 workers need 3 CPUs" in text and "has 2 of 2 CPUs free" in text, text
+    assert "local_cluster(nodes=3)" in text, text
+    assert list(tmp_path.iterdir()) == []  # no run directory: nothing started
+    held = _cluster_holds(ray_cluster)
+    assert held["actors"] == [] and held["groups"] == [], held
