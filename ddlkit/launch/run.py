@@ -92,7 +92,8 @@ def start(
     ``horovod.spark.run``); the run's one process is the driver (:mod:`ddlkit.spark`).
 
     ``where=dk.where.Ray(address)``: the workers run as Ray actors of one placement group
-    (multi_worker); the run's one process is the driver (:mod:`ddlkit.ray`).
+    (multi_worker; horovod: ``horovod.ray.RayExecutor``); the run's one process is the
+    driver (:mod:`ddlkit.ray`).
     """
     where = resolve_where(where, old, stacklevel=3)
     config = configure(script, strategy, workers, args, where, ps, label, env, horovod_transport)
@@ -112,8 +113,8 @@ def start(
     if isinstance(where, places.Ray):
         if horovod_transport != "auto":
             raise ConfigError(
-                f"horovod_transport={horovod_transport!r} on Ray: the kit runs multi_worker on "
-                f"Ray. Fix: drop horovod_transport."
+                f"horovod_transport={horovod_transport!r} on Ray: horovod.ray.RayExecutor runs "
+                f"the ranks over Gloo. Fix: drop horovod_transport."
             )
         from ddlkit.ray.submit import start as ray_start
 

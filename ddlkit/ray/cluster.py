@@ -50,10 +50,12 @@ _CLUSTERS: dict[str, LocalCluster] = {}  # address -> a cluster this process sta
 
 
 def ray_bin(python: str = sys.executable) -> str:
-    """The ``ray`` command beside ``python`` (the kit's venv); ConfigError if Ray is missing."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    """The ``ray`` command beside ``python`` (the kit's venv); ConfigError if Ray is missing.
+    Ray is looked up, not imported: Ray reads its settings (``RAY_AUTH_MODE``) when first
+    imported, so this process may still import it later with a cluster's token variables."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
         raise ConfigError(
             "Ray is not installed. Fix: pip install 'ray[train]==2.60.0' (make lab does it)."
         ) from None
@@ -110,6 +112,7 @@ class LocalCluster:
     procs: list = field(default_factory=list)  # launch.process.WorkerProcess, head first
     temp_dir: Path | None = None
     token_path: Path | None = None
+    specs: list = field(default_factory=list)  # each node's WorkerSpec, head first
 
     @property
     def address(self) -> str:
@@ -141,6 +144,20 @@ class LocalCluster:
         proc.signal(signal.SIGKILL)
         _kill_all(below)
         proc.wait_ended(5.0)
+
+    def restart_node(self, index: int, timeout: float = START_TIMEOUT) -> None:
+        """Start node ``index`` (not the head) again after :meth:`kill_node`, and wait until
+        it has joined: a new raylet with the same address and CPUs."""
+        from ddlkit.launch.process import start_workers
+
+        if index == 0:
+            raise ConfigError("restart_node(0): the head cannot rejoin. Fix: a new cluster.")
+        spec = self.specs[index]
+        if self.procs[index].poll() is None:
+            raise ConfigError(f"node {index} is running. Fix: kill_node({index}) first.")
+        spec.log_path.unlink(missing_ok=True)  # _wait_up reads it for the ready line
+        self.procs[index] = start_workers([spec], {spec.name: node_env(self.token_path)})[0]
+        _wait_up(self.procs[index], spec, timeout)
 
     def close(self, grace: float = 5.0) -> None:
         """Stop the worker nodes, then the head; SIGKILL what is left. Idempotent."""
@@ -213,10 +230,24 @@ def node_specs(
     specs = [
         WorkerSpec(
             name="ray-head",
-            argv=(ray, "start", "--head", "--node-ip-address", head, "--port", str(port),
-                  "--ray-client-server-port", str(client), "--dashboard-port", str(dashboard),
-                  "--include-dashboard", "false", "--temp-dir", str(temp_dir),
-                  *common(0)),  # fmt: skip
+            argv=(
+                ray,
+                "start",
+                "--head",
+                "--node-ip-address",
+                head,
+                "--port",
+                str(port),
+                "--ray-client-server-port",
+                str(client),
+                "--dashboard-port",
+                str(dashboard),
+                "--include-dashboard",
+                "false",
+                "--temp-dir",
+                str(temp_dir),
+                *common(0),
+            ),  # fmt: skip
             env={},
             cwd=temp_dir,
             log_path=contract.log_path(temp_dir, "ray-head"),
@@ -226,8 +257,15 @@ def node_specs(
         specs.append(
             WorkerSpec(
                 name=f"ray-node-{i}",
-                argv=(ray, "start", "--address", f"{head}:{port}", "--node-ip-address",
-                      f"127.0.0.{FIRST_ADDRESS + i}", *common(i)),  # fmt: skip
+                argv=(
+                    ray,
+                    "start",
+                    "--address",
+                    f"{head}:{port}",
+                    "--node-ip-address",
+                    f"127.0.0.{FIRST_ADDRESS + i}",
+                    *common(i),
+                ),  # fmt: skip
                 env={},
                 cwd=temp_dir,
                 log_path=contract.log_path(temp_dir, f"ray-node-{i}"),
@@ -263,11 +301,16 @@ def local_cluster(
     env = node_env(token_path)
     started = time.monotonic()
     cluster = LocalCluster(
-        ClusterInfo(address, tuple(s.argv[s.argv.index("--node-ip-address") + 1] for s in specs),
-                    cpus_per_node, 0.0),  # fmt: skip
+        ClusterInfo(
+            address,
+            tuple(s.argv[s.argv.index("--node-ip-address") + 1] for s in specs),
+            cpus_per_node,
+            0.0,
+        ),  # fmt: skip
         [],
         temp_dir,
         token_path,
+        specs,
     )
     _CLUSTERS[address] = cluster
     try:

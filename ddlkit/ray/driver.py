@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from ddlkit import backend, contract, strategies
 from ddlkit.launch.remote import FORWARDED
-from ddlkit.spark.tasks import TaskFailed, TaskPlan, report_lines, run_worker
+from ddlkit.spark.tasks import TaskFailed, TaskPlan, horovod_task, report_lines, run_worker
 
 EXIT_FAILED = 1
 PLACE_TIMEOUT = 60  # seconds for Ray to reserve every bundle (the launcher checked the CPUs)
@@ -104,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
     )
     names = worker_names(args.strategy, args.workers)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run `finally` on Run.stop()
-    started = time.monotonic()
     ray.init(address=args.address, log_to_driver=False, namespace=f"ddlkit-{args.app_name}")
+    if strategies.get(args.strategy).needs_horovodrun:
+        return run_horovod(args, plan, names)
+    started = time.monotonic()
     pg = None
     actors: list = []
     try:
@@ -167,6 +169,53 @@ def run(args: argparse.Namespace) -> int:
                 pass
         if pg is not None:
             remove_placement_group(pg)
+        ray.shutdown()
+
+
+def run_horovod(args: argparse.Namespace, plan: TaskPlan, names: list[str]) -> int:
+    """Horovod's own Ray launcher, ``horovod.ray.RayExecutor``: it reserves a placement group
+    (PACK: ``PGStrategy``; one rank per node with STRICT_SPREAD: ``ColocatedStrategy``), starts
+    one actor per rank, runs Gloo's rendezvous in this driver and sets each actor's
+    ``HOROVOD_*`` variables; each actor then runs the script (``ddlkit.spark.tasks.horovod_task``,
+    as a ``horovod.spark.run`` task does) and ``hvd.init()`` joins the ranks."""
+    import ray
+    from horovod.ray import RayExecutor
+
+    loopback = args.address.startswith("127.")
+    settings = RayExecutor.create_settings(
+        timeout_s=args.place_timeout,
+        placement_group_timeout_s=args.place_timeout,
+        nics={"lo"} if loopback else None,  # every node on this machine's loopback
+    )
+    if args.placement == "STRICT_SPREAD":
+        executor = RayExecutor(settings, num_hosts=args.workers, num_workers_per_host=1,
+                               cpus_per_worker=1, use_gpu=False)  # fmt: skip
+    else:
+        executor = RayExecutor(settings, num_workers=args.workers, cpus_per_worker=1,
+                               use_gpu=False)  # fmt: skip
+    started = time.monotonic()
+    try:
+        executor.start()
+        print(
+            f"driver: horovod x{args.workers} on Ray {args.address} (horovod.ray.RayExecutor, "
+            f"placed in {time.monotonic() - started:.1f} s)",
+            flush=True,
+        )
+        refs = executor.run_remote(horovod_task, args=[plan])
+        index = {ref: i for i, ref in enumerate(refs)}
+        reports, pending = [], list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                reports.append(ray.get(done[0]))
+            except (ray.exceptions.RayError, TaskFailed) as exc:
+                i = index[done[0]]
+                print(describe_failure(names[i], {"host": "?"}, exc), file=sys.stderr, flush=True)
+                return EXIT_FAILED
+        print("\n".join(report_lines(sorted(reports, key=lambda r: r["worker"]))), flush=True)
+        return 0
+    finally:
+        executor.shutdown()  # removes its placement group, which kills the actors in it
         ray.shutdown()
 
 

@@ -2,7 +2,8 @@
 then one driver process (:mod:`ddlkit.ray.driver`) started as the run's job.
 
 Checked before anything starts (one ConfigError each, naming the cause and the fix): Ray is
-installed; the strategy is one the kit runs on Ray (multi_worker); something answers at the
+installed; the strategy is one the kit runs on Ray (multi_worker, horovod: then
+``horovod.ray`` imports); something answers at the
 address; this Ray can join that cluster (``ray.init`` refuses a cluster started by another
 Ray or Python version: "Version mismatch", ``ray._private.utils.check_version_info``); the
 cluster has a CPU for every worker. The last two are read by a short-lived driver
@@ -25,7 +26,7 @@ from ddlkit.launch.spec import JobSpec, WorkerSpec
 from ddlkit.ray import cluster as ray_cluster
 from ddlkit.where import split_ray_address as split_address
 
-STRATEGIES = ("multi_worker",)
+STRATEGIES = ("multi_worker", "horovod")
 CHECK_TIMEOUT = 60.0  # seconds for the check's `ray.init` (importing Ray takes a few)
 
 
@@ -111,10 +112,18 @@ def check(config, where) -> dict:
     if config.strategy not in STRATEGIES:
         raise ConfigError(
             f"strategy {config.strategy!r} does not run on dk.where.Ray. Fix: use "
-            f"strategy='multi_worker' on Ray (Horovod on Ray: see docs/ray.md), or run it here "
+            f"strategy='multi_worker' or 'horovod' on Ray, or run it here "
             f"(where=dk.where.ThisMachine())."
         )
     ray_cluster.ray_bin(config.python)
+    if config.strategy == "horovod":
+        import importlib.util
+
+        if importlib.util.find_spec("horovod") is None:
+            raise ConfigError(
+                "strategy='horovod' on Ray needs Horovod (horovod.ray). Fix: build it with "
+                "make horovod (scripts/build-horovod.sh)."
+            )
     reachable(where.address)
     state = cluster_state(where.address, auth(where), config.python)
     check_state(state, where.address, config.workers)
@@ -203,5 +212,6 @@ def start(config, where, live, runs_dir, collector_port, token):
             collector.close()
         raise
     run = Run(config, None, job, collector)
-    run.metric_workers = [contract.task_name("worker", i) for i in range(config.workers)]
+    if config.strategy == "multi_worker":  # Horovod's ranks name themselves
+        run.metric_workers = [contract.task_name("worker", i) for i in range(config.workers)]
     return run

@@ -133,3 +133,48 @@ def test_more_workers_than_the_clusters_cpus_is_refused(ray_cluster, tmp_path):
     assert list(tmp_path.iterdir()) == []  # no run directory: nothing started
     held = _cluster_holds(ray_cluster)
     assert held["actors"] == [] and held["groups"] == [], held
+
+
+def test_horovod_ranks_through_horovod_ray(ray_cluster, data_env, tmp_path):
+    run = run_mod.start(
+        SCRIPT.with_name("train_horovod.py"),
+        strategy="horovod",
+        workers=2,
+        args=STEPS,
+        where=Ray(ray_cluster.address, placement="STRICT_SPREAD"),
+        runs_dir=tmp_path,
+    )
+    result = run.wait(timeout=300)
+    assert result.ok, run.tail("ray-driver", 60)
+    reports = run.results()
+    assert sorted(reports) == ["rank-0", "rank-1"], (reports, run.tail("ray-driver", 40))
+    assert reports["rank-0"]["weights_checksum"] == reports["rank-1"]["weights_checksum"]
+    for name in reports:
+        assert [r.kind for r in run.records(name)].count("step") == 4, name
+    assert "horovod.ray.RayExecutor" in run.tail("ray-driver")
+    held = _cluster_holds(ray_cluster)
+    assert held["actors"] == [] and held["groups"] == [] and held["cpus"] == 2, held
+
+
+def test_killed_node_fails_the_job_fast_naming_it(ray_cluster, data_env, tmp_path):
+    """Last in the file: it kills the worker node, then starts it again for later tests."""
+    args = ["--epochs", "1", "--steps-per-epoch", "100000", "--batch-size", "32"]
+    run = _start(ray_cluster, tmp_path, args)
+    assert wait_until(lambda: run.records("worker-1"), 240, step=0.2), run.tail("ray-driver")
+    on_node = _worker_pid(ray_cluster, "worker-0"), _worker_pid(ray_cluster, "worker-1")
+    killed = time.monotonic()
+    ray_cluster.kill_node(1)  # 127.0.0.3: its raylet, its actors and their scripts
+    try:
+        with pytest.raises(WorkerFailedError) as failed:
+            run.wait(timeout=60)
+        took = time.monotonic() - killed
+        assert took < 30, f"the job took {took:.0f} s to fail"
+        text = str(failed.value)
+        assert "on node 127.0.0.3" in text and "died" in text, text
+        lost = "worker-0" if "worker-0 (Ray actor" in text else "worker-1"
+        assert f"{lost} (Ray actor" in text, text
+        assert wait_until(lambda: not any(p and alive(p) for p in on_node), 15)
+    finally:
+        ray_cluster.restart_node(1)
+    held = _cluster_holds(ray_cluster)
+    assert held["actors"] == [] and held["groups"] == [], held
