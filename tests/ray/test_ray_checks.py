@@ -80,3 +80,10 @@ def test_version_mismatch_names_both_fixes():
         check_state(state, "127.0.0.2:6379", 2)
     text = str(refused.value)
     assert "Ray: 2.59.0" in text and "2.60.0" in text and "ray start" in text, text
+
+
+def test_dk_workers_on_ray_is_one_error():
+    import ddlkit as dk
+
+    with pytest.raises(ConfigError, match=r"Ray runs scripts as actors.*where=dk.where.Ray"):
+        dk.workers(2, strategy="multi_worker", where=Ray("127.0.0.2:6379"))
