@@ -225,14 +225,14 @@ def split_ray_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-
 @dataclass(frozen=True)
 class Ray(Where):
     """Actors of one placement group on the Ray cluster whose head is at ``address``
     (``HOST:PORT``, as ``ray start --head`` prints it), one per worker, each given its
-    TF_CONFIG (multi_worker). ``placement``: the group's strategy, ``"PACK"`` (as few nodes
-    as possible, Ray Train's default) or ``"STRICT_SPREAD"`` (one worker per node), ``SPREAD``,
-    ``STRICT_PACK``; any of them reserves every bundle at once or none. ``token_path``: the
+    TF_CONFIG (multi_worker; horovod goes through ``horovod.ray.RayExecutor``).
+    ``placement``: the group's strategy, ``"PACK"`` (as few nodes as possible, Ray Train's
+    default) or ``"STRICT_SPREAD"`` (one worker per node), ``SPREAD``, ``STRICT_PACK``; any of
+    them reserves every bundle at once or none. ``token_path``: the
     file holding the cluster's token when it uses Ray's token authentication (a
     ``dk.ray.local_cluster()`` of this process is found by its address). Live metrics come
     back to this machine's loopback: the nodes must be this machine's (as a local cluster's

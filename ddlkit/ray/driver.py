@@ -11,6 +11,8 @@ failure (a script that exits non-zero, an actor or node that dies) ends the job:
 killed and the placement group removed, then the driver exits 1 naming the worker and where it
 ran. The same happens in ``finally`` on success and on SIGTERM, and Ray itself removes a job's
 actors and placement groups when its driver dies (they fate-share with their creator).
+With ``--strategy horovod`` the actors and their Gloo rendezvous are Horovod's own
+``horovod.ray.RayExecutor`` (:func:`run_horovod`).
 """
 
 from __future__ import annotations
