@@ -87,3 +87,13 @@ def test_dk_workers_on_ray_is_one_error():
 
     with pytest.raises(ConfigError, match=r"Ray runs scripts as actors.*where=dk.where.Ray"):
         dk.workers(2, strategy="multi_worker", where=Ray("127.0.0.2:6379"))
+
+
+def test_cli_ray_without_a_cluster_exits_2_naming_it(tmp_path, capsys):
+    from ddlkit.cli import main
+
+    address = f"127.0.0.1:{_closed_port()}"
+    code = main(["launch", "--ray", address, "--runs-dir", str(tmp_path), "-n", "2", str(SCRIPT)])
+    assert code == 2
+    assert f"no Ray cluster at {address}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
