@@ -234,13 +234,15 @@ class Ray(Where):
     default) or ``"STRICT_SPREAD"`` (one worker per node), ``SPREAD``, ``STRICT_PACK``; any of
     them reserves every bundle at once or none. ``token_path``: the
     file holding the cluster's token when it uses Ray's token authentication (a
-    ``dk.ray.local_cluster()`` of this process is found by its address). Live metrics come
-    back to this machine's loopback: the nodes must be this machine's (as a local cluster's
-    are)."""
+    ``dk.ray.local_cluster()`` of this process is found by its address). ``collector_host``:
+    this machine's address that the actors reach, for live metrics (``"auto"``: the one
+    towards the head; a token is made); default: loopback, for nodes on this machine's
+    loopback."""
 
     address: str = ""
     placement: str = "PACK"
     token_path: Path | None = None
+    collector_host: str | None = None
 
     kind = "Ray"
     environment = "environments.ray.Ray"

@@ -32,14 +32,19 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddlkit import contract
 from ddlkit._tables import html_table
 from ddlkit.cluster.ports import free_ports
 from ddlkit.errors import ConfigError, DdlkitError
 from ddlkit.launch.spec import WorkerSpec
+
+if TYPE_CHECKING:
+    from ddlkit.hosts.netns import NetnsHost
 
 START_TIMEOUT = 90.0  # seconds for the head and every node to be up
 READY_LINE = "This command will now block forever"  # what `ray start --block` prints when up
@@ -212,13 +217,20 @@ def find(address: str) -> LocalCluster | None:
 
 
 def node_specs(
-    nodes: int, cpus_per_node: int, temp_dir: Path, ports: list[int], ray: str
+    nodes: int,
+    cpus_per_node: int,
+    temp_dir: Path,
+    ports: list[int],
+    ray: str,
+    hosts: Sequence[NetnsHost] = (),
 ) -> list[WorkerSpec]:
-    """Each node's ``ray start`` (pure): the head on 127.0.0.2, node i on 127.0.0.(2+i).
+    """Each node's ``ray start`` (pure): the head on 127.0.0.2, node i on 127.0.0.(2+i); with
+    ``hosts`` (namespaced hosts, one per node after the head), the head on their gateway (this
+    machine's address on their network) and node i inside ``hosts[i-1]`` on its address.
     ``ports``: 3 + nodes free ports (GCS, client server, dashboard, one agent port per node);
     Ray's own fixed defaults (10001, 8265, 52365) would clash with a second cluster, and its
     worker ports go above the range the kit picks TF servers' ports from."""
-    head = f"127.0.0.{FIRST_ADDRESS}"
+    head = hosts[0].gateway if hosts else f"127.0.0.{FIRST_ADDRESS}"
     port, client, dashboard, *agents = ports
 
     def common(i: int) -> tuple[str, ...]:
@@ -275,12 +287,25 @@ def node_specs(
 
 
 def local_cluster(
-    nodes: int = 2, cpus_per_node: int = 1, timeout: float = START_TIMEOUT
+    nodes: int = 2,
+    cpus_per_node: int = 1,
+    timeout: float = START_TIMEOUT,
+    hosts: Sequence[NetnsHost] = (),
 ) -> LocalCluster:
     """Start a Ray head and ``nodes - 1`` worker nodes on loopback addresses, each with
     ``cpus_per_node`` CPUs, and wait until all have joined. The head first (the others
     join it), so the start-up time is the sum of both. DdlkitError with the node's log
-    tail if one does not come up (nothing left running)."""
+    tail if one does not come up (nothing left running).
+    ``hosts``: namespaced hosts (``ddlkit.hosts.netns.namespaced_hosts``, root), one worker
+    node in each, the head on their gateway: actors then run on other hosts as on a real
+    cluster, reaching this machine (a collector) only through its address on their network
+    (``dk.where.Ray(address, collector_host="auto")``)."""
+    hosts = tuple(hosts)
+    if hosts and nodes != len(hosts) + 1:
+        raise ConfigError(
+            f"nodes={nodes!r} but {len(hosts)} hosts: the head runs here and one node on each "
+            f"host. Fix: nodes={len(hosts) + 1}."
+        )
     if type(nodes) is not int or not 1 <= nodes <= 200:
         raise ConfigError(f"nodes={nodes!r}: a cluster needs 1 to 200 nodes. Fix: nodes=2.")
     if type(cpus_per_node) is not int or cpus_per_node < 1:
@@ -292,10 +317,11 @@ def local_cluster(
     token_path = temp_dir / "auth_token"
     token_path.touch(mode=0o600)
     token_path.write_text(secrets.token_hex(32))
-    ports = free_ports(3 + nodes, "127.0.0.1")
+    head = hosts[0].gateway if hosts else f"127.0.0.{FIRST_ADDRESS}"
+    ports = free_ports(3 + nodes, head)
     port = ports[0]
-    specs = node_specs(nodes, cpus_per_node, temp_dir, ports, ray)
-    address = f"127.0.0.{FIRST_ADDRESS}:{port}"
+    specs = node_specs(nodes, cpus_per_node, temp_dir, ports, ray, hosts)
+    address = f"{head}:{port}"
     from ddlkit.launch.process import start_workers
 
     env = node_env(token_path)

@@ -184,23 +184,39 @@ def driver_spec(config, where, run_id: str, run_dir: Path, extra_env: dict) -> J
     return JobSpec(run_id=run_id, run_dir=run_dir, workers=(worker,))
 
 
+def collector_bind(where) -> str:
+    """The address the run's collector listens on: ``where.collector_host``; ``"auto"``: this
+    machine's address towards the head (its network is the nodes'); default loopback."""
+    if where.collector_host is None:
+        return "127.0.0.1"
+    if where.collector_host == "auto":
+        from ddlkit.launch.remote import address_towards
+
+        return address_towards([split_address(where.address)[0]])
+    return where.collector_host
+
+
 def start(config, where, live, runs_dir, collector_port, token):
     """A Ray run for `ddlkit.launch.start`: checks (nothing started on failure), then the
     driver as the run's job; returns its `ddlkit.launch.run.Run`."""
+    import secrets
+
     from ddlkit import settings
     from ddlkit.environments import for_worker
     from ddlkit.launch.handle import Run
     from ddlkit.launch.job import Job
     from ddlkit.launch.runs import new_run_id
     from ddlkit.metrics import Collector
+    from ddlkit.metrics.protocol import is_loopback
     from ddlkit.spark.submit import _progress_all
 
     check(config, where)
+    bind = collector_bind(where) if live else None
+    if bind is not None and not is_loopback(bind) and token is None:
+        token = secrets.token_hex(16)  # the actors send it in their hello, over the network
     run_id = new_run_id(config.label or f"ray-{config.strategy}-{config.workers}")
     run_dir = Path(runs_dir or settings.runs_dir()) / run_id
-    collector = (
-        Collector(run_dir, host="127.0.0.1", port=collector_port, token=token) if live else None
-    )
+    collector = Collector(run_dir, host=bind, port=collector_port, token=token) if bind else None
     try:
         extra_env = collector.env(None) if collector else {}
         spec = driver_spec(config, where, run_id, run_dir, extra_env)

@@ -21,6 +21,7 @@ from harness.procutil import alive, wait_until
 
 from ddlkit.errors import ConfigError, WorkerFailedError
 from ddlkit.launch import run as run_mod
+from ddlkit.metrics.protocol import is_loopback
 from ddlkit.procs import descendants
 from ddlkit.where import Ray
 
@@ -35,7 +36,7 @@ def _start(cluster, tmp_path, args=STEPS, workers=2, placement="STRICT_SPREAD"):
         strategy="multi_worker",
         workers=workers,
         args=args,
-        where=Ray(cluster.address, placement=placement),
+        where=Ray(cluster.address, placement=placement, collector_host="auto"),
         runs_dir=tmp_path,
     )
 
@@ -78,8 +79,13 @@ def test_mwms_trains_as_actors_on_two_nodes_with_live_metrics(ray_cluster, data_
     for name in names:  # every worker's steps reached this process's collector, live
         assert [r.kind for r in run.records(name)].count("step") == 4, name
     driver = run.tail("ray-driver", 40)
-    # STRICT_SPREAD: one worker on each node, so each node's address is in a TF_CONFIG
-    assert "nodes 127.0.0.2, 127.0.0.3" in driver or "nodes 127.0.0.3, 127.0.0.2" in driver, driver
+    # STRICT_SPREAD: one worker on each node (another host as root), each node's address in
+    # the TF_CONFIG, and the steps came back from both to a collector they reach
+    ran_on = {line.rsplit("on node ", 1)[1].rstrip(")") for line in driver.splitlines()
+              if ": finished in " in line}  # fmt: skip
+    assert ran_on == set(ray_cluster.info.nodes), driver
+    head = ray_cluster.address.rpartition(":")[0]
+    assert run.collector.host == ("127.0.0.1" if is_loopback(head) else head), run.collector.host
     assert "worker-1: finished" in driver
     held = _cluster_holds(ray_cluster)
     assert held["actors"] == [] and held["groups"] == [] and held["cpus"] == 2, held
@@ -141,7 +147,7 @@ def test_horovod_ranks_through_horovod_ray(ray_cluster, data_env, tmp_path):
         strategy="horovod",
         workers=2,
         args=STEPS,
-        where=Ray(ray_cluster.address, placement="STRICT_SPREAD"),
+        where=Ray(ray_cluster.address, placement="STRICT_SPREAD", collector_host="auto"),
         runs_dir=tmp_path,
     )
     result = run.wait(timeout=300)
@@ -163,14 +169,14 @@ def test_killed_node_fails_the_job_fast_naming_it(ray_cluster, data_env, tmp_pat
     assert wait_until(lambda: run.records("worker-1"), 240, step=0.2), run.tail("ray-driver")
     on_node = _worker_pid(ray_cluster, "worker-0"), _worker_pid(ray_cluster, "worker-1")
     killed = time.monotonic()
-    ray_cluster.kill_node(1)  # 127.0.0.3: its raylet, its actors and their scripts
+    ray_cluster.kill_node(1)  # the worker node: its raylet, its actors and their scripts
     try:
         with pytest.raises(WorkerFailedError) as failed:
             run.wait(timeout=60)
         took = time.monotonic() - killed
         assert took < 30, f"the job took {took:.0f} s to fail"
         text = str(failed.value)
-        assert "on node 127.0.0.3" in text and "died" in text, text
+        assert f"on node {ray_cluster.info.nodes[1]}" in text and "died" in text, text
         lost = "worker-0" if "worker-0 (Ray actor" in text else "worker-1"
         assert f"{lost} (Ray actor" in text, text
         assert wait_until(lambda: not any(p and alive(p) for p in on_node), 15)
