@@ -184,3 +184,19 @@ def test_killed_node_fails_the_job_fast_naming_it(ray_cluster, data_env, tmp_pat
         ray_cluster.restart_node(1)
     held = _cluster_holds(ray_cluster)
     assert held["actors"] == [] and held["groups"] == [], held
+
+
+def test_the_token_is_in_no_command_line(ray_cluster):
+    """Ray's token authenticates every process joining the cluster: it is read from a 0600
+    file named by RAY_AUTH_TOKEN_PATH, never passed on a command line (which any user of the
+    machine can read in /proc)."""
+    token = ray_cluster.token_path.read_text().strip()
+    assert len(token) >= 32 and oct(ray_cluster.token_path.stat().st_mode & 0o777) == "0o600"
+    pids = ray_cluster.pids()
+    assert len(pids) > 4  # the nodes' daemons: GCS, raylets, agents, workers
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+        assert token not in cmdline, f"process {pid} has the token in its command line"
