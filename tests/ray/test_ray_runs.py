@@ -63,7 +63,10 @@ def _cluster_holds(cluster) -> dict:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # Ray's own log lines may follow on stdout (e.g. a warning about the node just restarted)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    assert lines, out.stdout[-2000:] + out.stderr[-2000:]
+    return json.loads(lines[-1])
 
 
 def test_mwms_trains_as_actors_on_two_nodes_with_live_metrics(ray_cluster, data_env, tmp_path):
