@@ -7,10 +7,12 @@ Each node is Ray's own command, started as a notebook or a shell would::
     ray start --block --address 127.0.0.2:P --node-ip-address 127.0.0.3 --num-cpus 1
 
 ``--block`` keeps each ``ray start`` in the foreground as the parent of its node's daemons
-(GCS, raylet, ...), so the node is a process of :mod:`ddlkit.launch.process` (its own
-process group, SIGKILL when this process dies). :meth:`LocalCluster.close` sends SIGTERM
-to every node, then SIGKILL to whatever of theirs is left (Ray starts its worker processes
-in process groups of their own, so they are found by their parent, not their group):
+(GCS, raylet, ...), under a small wrapper (:mod:`ddlkit.ray.node`) that is a process of
+:mod:`ddlkit.launch.process` (its own process group, ended when this process dies) and takes
+the node's whole group down with it: Ray's agents outlive a killed ``ray start``.
+:meth:`LocalCluster.close` sends SIGTERM to every node, then SIGKILL to whatever of theirs is
+left (Ray starts its worker processes in process groups of their own, so they are found by
+their parent, not their group):
 nothing is left behind. ``ray stop`` is not used: it stops every Ray process of the user
 on the machine, other people's clusters included.
 
@@ -47,6 +49,11 @@ if TYPE_CHECKING:
     from ddlkit.hosts.netns import NetnsHost
 
 START_TIMEOUT = 90.0  # seconds for the head and every node to be up
+# `ray start` gives a node's raylet a fixed 30 s to register (ray._private.node.Node.__init__,
+# raylet_start_wait_time_s), then exits with this; on a loaded 2-core machine (load average 8)
+# it did, so a node is started a second time before the cluster gives up.
+SLOW_START = "timed out during startup"
+START_ATTEMPTS = 2
 READY_LINE = "This command will now block forever"  # what `ray start --block` prints when up
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; Ray's default is 30% of memory
 WORKER_PORTS = (20000, 29999)  # Ray's worker processes' ports (its default: 10002-19999)
@@ -127,6 +134,15 @@ class LocalCluster:
     def env(self) -> dict[str, str]:
         """What a process needs to join this cluster as a driver (``ray.init``)."""
         return {"RAY_ADDRESS": self.address, **auth_env(self.token_path)}
+
+    def commands(self) -> list[str]:
+        """Each node's ``ray start`` command line, as one would type it on that node."""
+        out = []
+        for spec in self.specs:
+            argv = list(spec.argv)
+            start = argv.index("start") - 1  # from the `ray` program on
+            out.append(" ".join(["ray", *argv[start + 1 :]]))
+        return out
 
     def pids(self) -> list[int]:
         """Every living process of the cluster: the nodes and all they started."""
@@ -239,10 +255,12 @@ def node_specs(
                 "--min-worker-port", str(WORKER_PORTS[0]), "--max-worker-port",
                 str(WORKER_PORTS[1]), "--dashboard-agent-listen-port", str(agents[i]))  # fmt: skip
 
+    wrap = (sys.executable, "-m", "ddlkit.ray.node")  # ends the node's whole group with it
     specs = [
         WorkerSpec(
             name="ray-head",
             argv=(
+                *wrap,
                 ray,
                 "start",
                 "--head",
@@ -266,18 +284,13 @@ def node_specs(
         )
     ]
     for i in range(1, nodes):
+        address = hosts[i - 1].address if hosts else f"127.0.0.{FIRST_ADDRESS + i}"
+        argv = (*wrap, ray, "start", "--address", f"{head}:{port}", "--node-ip-address", address,
+                *common(i))  # fmt: skip
         specs.append(
             WorkerSpec(
                 name=f"ray-node-{i}",
-                argv=(
-                    ray,
-                    "start",
-                    "--address",
-                    f"{head}:{port}",
-                    "--node-ip-address",
-                    f"127.0.0.{FIRST_ADDRESS + i}",
-                    *common(i),
-                ),  # fmt: skip
+                argv=tuple(hosts[i - 1].exec_argv(argv)) if hosts else argv,
                 env={},
                 cwd=temp_dir,
                 log_path=contract.log_path(temp_dir, f"ray-node-{i}"),
@@ -341,8 +354,16 @@ def local_cluster(
     _CLUSTERS[address] = cluster
     try:
         for spec in specs:  # one at a time: a node joins a head that is up
-            cluster.procs += start_workers([spec], {spec.name: env})
-            _wait_up(cluster.procs[-1], spec, timeout)
+            for attempt in range(1, START_ATTEMPTS + 1):
+                spec.log_path.unlink(missing_ok=True)
+                cluster.procs.append(start_workers([spec], {spec.name: env})[0])
+                try:
+                    _wait_up(cluster.procs[-1], spec, timeout)
+                    break
+                except DdlkitError as exc:
+                    if attempt == START_ATTEMPTS or SLOW_START not in str(exc):
+                        raise
+                    cluster.procs.pop().signal(signal.SIGKILL)  # its group; start it again
     except BaseException:
         cluster.close()
         raise

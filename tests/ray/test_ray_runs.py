@@ -150,7 +150,7 @@ def test_horovod_ranks_through_horovod_ray(ray_cluster, data_env, tmp_path):
         strategy="horovod",
         workers=2,
         args=STEPS,
-        where=Ray(ray_cluster.address, placement="STRICT_SPREAD", collector_host="auto"),
+        where=Ray(ray_cluster.address, placement="STRICT_SPREAD"),
         runs_dir=tmp_path,
     )
     result = run.wait(timeout=300)
