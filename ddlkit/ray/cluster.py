@@ -12,9 +12,8 @@ Each node is Ray's own command, started as a notebook or a shell would::
 the node's whole group down with it: Ray's agents outlive a killed ``ray start``.
 :meth:`LocalCluster.close` sends SIGTERM to every node, then SIGKILL to whatever of theirs is
 left (Ray starts its worker processes in process groups of their own, so they are found by
-their parent, not their group):
-nothing is left behind. ``ray stop`` is not used: it stops every Ray process of the user
-on the machine, other people's clusters included.
+their parent). ``ray stop`` is not used: it stops every Ray process of the user on the
+machine, other people's clusters included.
 
 Not 127.0.0.1: ``ray start`` replaces a loopback ``--node-ip-address`` of ``localhost`` or
 ``127.0.0.1`` by the machine's outward address (``ray._private.services.resolve_ip_for_localhost``);
@@ -49,9 +48,8 @@ if TYPE_CHECKING:
     from ddlkit.hosts.netns import NetnsHost
 
 START_TIMEOUT = 90.0  # seconds for the head and every node to be up
-# `ray start` gives a node's raylet a fixed 30 s to register (ray._private.node.Node.__init__,
-# raylet_start_wait_time_s), then exits with this; on a loaded 2-core machine (load average 8)
-# it did, so a node is started a second time before the cluster gives up.
+# `ray start` gives a raylet a fixed 30 s to register (ray._private.node.Node.__init__), then
+# exits with this; at load average 8 on 2 cores it did, so a node is started once more.
 SLOW_START = "timed out during startup"
 START_ATTEMPTS = 2
 READY_LINE = "This command will now block forever"  # what `ray start --block` prints when up
