@@ -22,8 +22,8 @@ _SUBMODULES = {
     for name in (
         "backend", "bench", "check", "cluster", "contract", "data", "env", "environments",
         "errors", "experiments", "horovod", "hosts", "interactive", "k8s", "launch", "lessons",
-        "metrics", "models", "parallel", "plots", "recorded", "results", "scale", "settings",
-        "slurm", "spark", "strategies", "where",
+        "metrics", "models", "parallel", "plots", "ray", "recorded", "results", "scale",
+        "settings", "slurm", "spark", "strategies", "where",
     )
 } | {
     "faults": "ddlkit.lessons.faults",

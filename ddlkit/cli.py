@@ -3,6 +3,7 @@
     ddlkit launch --strategy multi_worker -n 2 launch/train_multi_worker.py -- --epochs 1
     ddlkit launch --engine spark --master spark://127.0.0.1:7077 --strategy horovod -n 2 \
         launch/train_horovod.py
+    ddlkit launch --ray 127.0.0.2:6379 --strategy multi_worker -n 2 launch/train_multi_worker.py
     ddlkit launch -n 2 -H node1:1,node2:1 --ssh-identity ~/.ssh/id_ed25519 \
         --collector-host auto launch/train_multi_worker.py
     ddlkit runs
@@ -57,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         "--engine", choices=("local", "spark"), default="local", help="spark: tasks on --master"
     )
     p.add_argument("--master", help="Spark master URL: spark://HOST:PORT, local[N], yarn")
+    p.add_argument("--ray", metavar="HOST:PORT", help="run the workers as actors on this Ray head")
+    p.add_argument("--placement", default="PACK", help="Ray placement group strategy (with --ray)")
     p.add_argument("--label", default="", help="a word to put in the run id")
     p.add_argument("--no-live", action="store_true", help="no metrics collector")
     p.add_argument("--collector-port", type=int, default=0, help="default: a free port")
@@ -209,6 +212,18 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def _where(args: argparse.Namespace, ssh: object):
     """The `ddlkit.where.Where` the launch flags say (the same keywords launch.start took)."""
+    if args.ray is not None:
+        from ddlkit.errors import ConfigError
+        from ddlkit.where import Ray
+
+        clash = [f for f in ("hosts", "hostfile", "master", "cores") if getattr(args, f)]
+        if clash or args.engine != "local":
+            clash += ["engine"] if args.engine != "local" else []
+            raise ConfigError(
+                f"--ray with --{', --'.join(clash)}: Ray places the workers. "
+                f"Fix: drop them, or drop --ray."
+            )
+        return Ray(args.ray, placement=args.placement)
     given = {
         "hosts": args.hosts,
         "hostfile": args.hostfile,

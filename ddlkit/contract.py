@@ -20,10 +20,9 @@ starts the processes, e.g. Slurm; a Horovod rank renames itself from its rank)::
 Worker names: ``<role>-<index>`` for TensorFlow tasks (:func:`task_name`),
 ``rank-<rank>`` for Horovod ranks (:func:`rank_name`), ``main`` for a mirrored run's
 one process, ``horovodrun`` for the process that starts the ranks, ``spark-driver`` for a
-Spark run's driver, ``ipcontroller`` for the controller of interactive workers
-(``dk.workers``) and ``srun`` for the process that starts them in a Slurm allocation; every
-name matches
-:data:`NAME_PATTERN` (it names files).
+Spark run's driver, ``ray-driver`` for a Ray run's, ``ipcontroller`` for the controller of
+interactive workers (``dk.workers``) and ``srun`` for the process that starts them in a
+Slurm allocation; every name matches :data:`NAME_PATTERN` (it names files).
 
 Run directory (:func:`log_path`, :func:`metrics_path`, :func:`result_path`, ...)::
 
@@ -87,6 +86,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAIN = "main"  # a mirrored run's one process
 HOROVODRUN = "horovodrun"  # the process that starts a Horovod run's ranks
 SPARK_DRIVER = "spark-driver"  # the driver process of a Spark run (ddlkit.spark)
+RAY_DRIVER = "ray-driver"  # the driver process of a Ray run (ddlkit.ray)
 CONTROLLER = "ipcontroller"  # the ipyparallel controller of interactive workers (dk.workers)
 SRUN = "srun"  # the srun that starts live workers as a Slurm job step's tasks (dk.workers)
 RANK_PREFIX = "rank-"

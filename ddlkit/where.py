@@ -11,7 +11,9 @@ backed by one of :mod:`ddlkit.environments`:
 - :class:`Slurm` (`environments.Slurm`): the tasks of a job step of this Slurm allocation,
   each reading who it is from ``SLURM_*`` (``dk.workers``; a script is run there by the
   templates in ``launch/slurm/``, which ``dk.launch.start(where=Slurm())`` names);
-- :class:`Spark` (`environments.spark.Spark`): the tasks of a barrier stage on ``master``.
+- :class:`Spark` (`environments.spark.Spark`): the tasks of a barrier stage on ``master``;
+- :class:`Ray` (`environments.ray.Ray`): actors of one placement group on the Ray cluster at
+  ``address``.
 
 ::
 
@@ -206,6 +208,59 @@ class Spark(Where):
                 "Spark needs its master URL. Fix: pass e.g. "
                 "dk.where.Spark(dk.spark.local_cluster().master_url) or Spark('local[2]')."
             )
+
+
+RAY_PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def split_ray_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` of a Ray head's GCS (pure); ConfigError for anything else."""
+    host, _, port = str(address).rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address:
+        raise ConfigError(
+            f"Ray address {address!r} is not HOST:PORT. Fix: pass the head's GCS address, as "
+            f"`ray start --head` prints it (e.g. '127.0.0.2:6379', or "
+            f"dk.ray.local_cluster().address)."
+        )
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class Ray(Where):
+    """Actors of one placement group on the Ray cluster whose head is at ``address``
+    (``HOST:PORT``, as ``ray start --head`` prints it), one per worker, each given its
+    TF_CONFIG (multi_worker; horovod goes through ``horovod.ray.RayExecutor``).
+    ``placement``: the group's strategy, ``"PACK"`` (as few nodes as possible, Ray Train's
+    default) or ``"STRICT_SPREAD"`` (one worker per node), ``SPREAD``, ``STRICT_PACK``; any of
+    them reserves every bundle at once or none. ``token_path``: the
+    file holding the cluster's token when it uses Ray's token authentication (a
+    ``dk.ray.local_cluster()`` of this process is found by its address). ``collector_host``:
+    this machine's address that the actors reach, for live metrics (``"auto"``: the one
+    towards the head; a token is made); default: loopback, for nodes on this machine's
+    loopback."""
+
+    address: str = ""
+    placement: str = "PACK"
+    token_path: Path | None = None
+    collector_host: str | None = None
+
+    kind = "Ray"
+    environment = "environments.ray.Ray"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.address, str) or not self.address:
+            raise ConfigError(
+                "Ray needs its head's address. Fix: pass e.g. "
+                "dk.where.Ray(dk.ray.local_cluster().address) or Ray('127.0.0.2:6379')."
+            )
+        split_ray_address(self.address)
+        if self.placement not in RAY_PLACEMENTS:
+            raise ConfigError(
+                f"Ray(placement={self.placement!r}) is not a Ray placement strategy. Fix: pass "
+                f"one of {', '.join(RAY_PLACEMENTS)}."
+            )
+        if self.token_path is not None:
+            object.__setattr__(self, "token_path", Path(self.token_path))
 
 
 # -- the keywords launch.start took before `where` (one release with a warning) ----------

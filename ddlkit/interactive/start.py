@@ -47,6 +47,13 @@ def check(config: LaunchConfig, where: places.Where) -> places.Where:
             "write it out with workers.script(path), then dk.launch.start(path, "
             "where=dk.where.Spark(master))."
         )
+    if isinstance(where, places.Ray):
+        raise ConfigError(
+            "dk.workers runs live workers on this machine, on hosts or in a Slurm "
+            "allocation; Ray runs scripts as actors. Fix: try it with dk.workers here, "
+            "write it out with workers.script(path), then dk.launch.start(path, "
+            "where=dk.where.Ray(address))."
+        )
     if not isinstance(where, places.Slurm):
         return where
     nodes = allocation(os.environ)

@@ -90,6 +90,10 @@ def start(
     ``where=dk.where.Spark(master)`` (``spark://HOST:PORT``, ``local[N]``, ``yarn``): the
     workers run as Spark tasks (multi_worker: a barrier stage; horovod:
     ``horovod.spark.run``); the run's one process is the driver (:mod:`ddlkit.spark`).
+
+    ``where=dk.where.Ray(address)``: the workers run as Ray actors of one placement group
+    (multi_worker; horovod: ``horovod.ray.RayExecutor``); the run's one process is the
+    driver (:mod:`ddlkit.ray`).
     """
     where = resolve_where(where, old, stacklevel=3)
     config = configure(script, strategy, workers, args, where, ps, label, env, horovod_transport)
@@ -106,6 +110,15 @@ def start(
         return spark_start(
             config, where.master, live, runs_dir, collector_host, collector_port, token
         )
+    if isinstance(where, places.Ray):
+        if horovod_transport != "auto":
+            raise ConfigError(
+                f"horovod_transport={horovod_transport!r} on Ray: horovod.ray.RayExecutor runs "
+                f"the ranks over Gloo. Fix: drop horovod_transport."
+            )
+        from ddlkit.ray.submit import start as ray_start
+
+        return ray_start(config, where, live, runs_dir, collector_port, token)
     if isinstance(where, places.Slurm):
         raise ConfigError(
             "dk.launch.start runs scripts here or over SSH; in a Slurm allocation the tasks are "
@@ -141,8 +154,8 @@ def resolve_where(
         if not isinstance(where, places.Where):
             raise ConfigError(
                 f"where={where!r} is not a dk.where.Where. Fix: pass dk.where.ThisMachine(), "
-                f"dk.where.Hosts('node1:1,node2:1', ...), dk.where.Slurm() or "
-                f"dk.where.Spark(master)."
+                f"dk.where.Hosts('node1:1,node2:1', ...), dk.where.Slurm(), "
+                f"dk.where.Spark(master) or dk.where.Ray(address)."
             )
         return where
     if not old:
