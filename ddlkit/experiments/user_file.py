@@ -61,20 +61,23 @@ def function(module: ModuleType, name: str, *, required: bool = True):
     return fn
 
 
+def _call(where: str, fn, *args):
+    """``fn(*args)``; whatever the user's code raises becomes one error naming ``where``."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # the user's code: any error is theirs to see
+        raise UserFileError(
+            f"{where} raised {type(exc).__name__}: {exc}. Fix: call it in a Python shell "
+            f"and correct the error"
+        ) from exc
+
+
 def build(module: ModuleType, name: str, *, loss: str | None, optimizer: str | None):
     """Call the user's model builder; compile with ``loss`` and ``optimizer`` if given."""
     import tensorflow as tf
 
     where = f"{Path(module.__file__).name}: {name}()"
-    try:
-        model = function(module, name)()
-    except UserFileError:
-        raise
-    except Exception as exc:
-        raise UserFileError(
-            f"{where} raised {type(exc).__name__}: {exc}. Fix: call it in a Python shell "
-            f"and correct the error"
-        ) from exc
+    model = _call(where, function(module, name))
     if not isinstance(model, tf.keras.Model):
         raise UserFileError(
             f"{where} returned {type(model).__name__}, not a tf-keras model. Fix: return the "
@@ -101,13 +104,7 @@ def train_data(module: ModuleType, name: str, batch_size: int, input_context=Non
         accepts = len(inspect.signature(fn).parameters) >= 2
     except (TypeError, ValueError):
         accepts = True
-    try:
-        ds = fn(batch_size, input_context) if accepts else fn(batch_size)
-    except Exception as exc:
-        raise UserFileError(
-            f"{where} raised {type(exc).__name__}: {exc}. Fix: call it in a Python shell "
-            f"and correct the error"
-        ) from exc
+    ds = _call(where, fn, batch_size, input_context) if accepts else _call(where, fn, batch_size)
     if not isinstance(ds, tf.data.Dataset):
         raise UserFileError(
             f"{where} returned {type(ds).__name__}, not a tf.data.Dataset. Fix: return "
