@@ -2,8 +2,9 @@
 
 A head on 127.0.0.2 and a worker node on 127.0.0.3 (``ray start --head`` and ``ray start
 --address``, through ``dk.ray.local_cluster``), one CPU each. The tests that use it live in
-test_ray_runs.py: `make test` runs each test file on one pytest-xdist worker, so they share
-this one cluster; it is stopped at the end of the session, and nothing of it may be left.
+test_ray_runs.py, and they share this one cluster; it is stopped when that file's tests are
+done (a module fixture: an idle cluster's daemons kept taking CPU from every later test of
+its pytest-xdist worker), and nothing of it may be left.
 A worker node on a namespaced host (root) is test_ray_hosts.py's own cluster.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
     from ddlkit.procs import alive
     from ddlkit.ray import local_cluster
