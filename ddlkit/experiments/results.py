@@ -43,6 +43,13 @@ HOROVOD_CYCLE, NO_CYCLE = 1e-3, 1e-9
 # gradient packed into one all-reduce (CollectiveAllReduce, bytes_per_pack=0); the
 # parameter server: synchronous pushes and pulls, one ps task per node.
 ALGORITHMS = {"horovod": "ring", "multi_worker": "ring", "parameter_server": "ps"}
+# How each strategy is calibrated on this machine: the transport whose recorded fit it runs
+# over, and its kind in the scaling model (one parameter-server worker is asynchronous).
+CALIBRATED = {
+    "horovod": ("horovod", "ring"),
+    "multi_worker": ("multi_worker", "ring"),
+    "parameter_server": ("multi_worker", "async_ps"),
+}
 ASSUMPTIONS = (
     "weak scaling: every worker keeps the measured per-worker batch",
     "compute: the training step's FLOPs by TensorFlow's profiler, at the accelerator's "
@@ -95,7 +102,7 @@ class Experiment:
 
         c = self.costs
         ready = tuple(tuple(r) for r in c.readiness)
-        if strategy == "multi_worker" and ready:
+        if _options(strategy).get("packed") and ready:  # one pack after the backward pass
             ready = ((1.0, sum(int(r[1]) for r in ready), sum(int(r[2]) for r in ready)),)
         return ModelSpec(
             c.name,
@@ -110,12 +117,14 @@ class Experiment:
     def _algorithm(self, strategy: str, hardware, workers: int):
         from ddlkit.scale.predict import Algorithm
 
-        if strategy == "parameter_server":
-            return Algorithm("ps", servers=hardware.nodes(workers))
-        if strategy == "multi_worker":  # one pack, all-reduced as soon as it is ready
+        options = _options(strategy)
+        kind = ALGORITHMS[strategy]
+        if options.get("server_per_node"):
+            return Algorithm(kind, servers=hardware.nodes(workers))
+        if options.get("packed"):  # one pack, all-reduced as soon as it is ready
             pack = float(self.costs.total_gradient_bytes) or None
-            return Algorithm("ring", cycle_time=NO_CYCLE, fusion_bytes=pack)
-        return Algorithm("ring", cycle_time=HOROVOD_CYCLE)
+            return Algorithm(kind, cycle_time=options["cycle"], fusion_bytes=pack)
+        return Algorithm(kind, cycle_time=options["cycle"])
 
     def sensitivity(self, hardware, workers: int, strategy: str = "horovod"):
         """How far each effect the prediction leaves out moves it (dk.scale.sensitivity)."""
@@ -154,11 +163,10 @@ class Experiment:
                 missing = ", ".join(sorted(need - names))
                 left_out.append(f"{strategy}: not measured ({missing})")
                 continue
-            via = "horovod" if strategy == "horovod" else "multi_worker"
+            via, kind = CALIBRATED[strategy]
             spec = self.spec(strategy)
             cal = calibrate(self.results.path, {via: FITS[via]}, spec,
                             strategies=[strategy])[strategy]  # fmt: skip
-            kind = "async_ps" if strategy == "parameter_server" else "ring"
             for n in workers:  # as calibrate predicts: no overlap on a CPU's shared cores
                 p = predict(spec, cal.hardware, n, kind, overlap=0.0)
                 rows.append(_row("this machine (calibrated)", strategy, p))
@@ -242,6 +250,15 @@ class Experiment:
 
     def _repr_html_(self) -> str:
         return self.costs_table()._repr_html_() + self.results._repr_html_()
+
+
+def _options(strategy: str) -> dict:
+    """How the scaling model runs ``strategy``'s synchronisation (pure)."""
+    return {
+        "horovod": {"cycle": HOROVOD_CYCLE},
+        "multi_worker": {"cycle": NO_CYCLE, "packed": True},
+        "parameter_server": {"server_per_node": True},
+    }[strategy]
 
 
 def _described(hw) -> str:

@@ -64,13 +64,15 @@ def check_file(
     return ModelCosts.from_json(found["costs"]), found
 
 
+# The TensorFlow processes a case runs beside its workers (the launcher's layout): one process
+# holds every replica of single and mirrored; the parameter server adds a ps task and the chief.
+ONE_PROCESS = frozenset({"single", "mirrored"})
+BESIDE_WORKERS = {"parameter_server": 2}
+
+
 def processes(strategy: str, workers: int) -> int:
-    """The TensorFlow processes a case runs at once (the launcher's layout, pure)."""
-    if strategy in ("single", "mirrored"):
-        return 1
-    if strategy == "parameter_server":
-        return workers + 2  # the workers, one ps task and the chief
-    return workers
+    """The TensorFlow processes a case runs at once (pure)."""
+    return 1 if strategy in ONE_PROCESS else workers + BESIDE_WORKERS.get(strategy, 0)
 
 
 def available_memory() -> int:

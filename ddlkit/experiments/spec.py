@@ -171,12 +171,15 @@ def plan(
             f"share them and measure the sharing. Fix: at most {cores} workers here, or "
             f"where=dk.where.Hosts(...) for more"
         )
+    from ddlkit import strategies as launcher
+
     wanted = {"single", *strategies} | ({"independent"} if max(counts) > 1 else set())
     cases = []
     for strategy in STRATEGIES:
         if strategy not in wanted:
             continue
-        skip = NO_HOROVOD if strategy == "horovod" and not horovod_available else ""
+        needs = launcher.get(LAUNCH_STRATEGY.get(strategy, strategy)).needs_horovodrun
+        skip = NO_HOROVOD if needs and not horovod_available else ""
         sizes = [1] if strategy == "single" else counts
         for n in sizes:
             if strategy == "independent" and n < 2:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddlkit import backend, contract
+from ddlkit import backend, contract, strategies
 from ddlkit.contract import STRATEGY_VAR
 from ddlkit.errors import ConfigError
 from ddlkit.launch.spec import JobSpec, WorkerSpec
@@ -116,7 +116,7 @@ def check(config, where) -> dict:
             f"(where=dk.where.ThisMachine())."
         )
     ray_cluster.ray_bin(config.python)
-    if config.strategy == "horovod":
+    if strategies.get(config.strategy).needs_horovodrun:  # Horovod: horovod.ray
         import importlib.util
 
         if importlib.util.find_spec("horovod") is None:
@@ -228,6 +228,6 @@ def start(config, where, live, runs_dir, collector_port, token):
             collector.close()
         raise
     run = Run(config, None, job, collector)
-    if config.strategy == "multi_worker":  # Horovod's ranks name themselves
+    if not strategies.get(config.strategy).needs_horovodrun:  # Horovod's ranks name themselves
         run.metric_workers = [contract.task_name("worker", i) for i in range(config.workers)]
     return run
