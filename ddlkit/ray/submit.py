@@ -208,7 +208,7 @@ def start(config, where, live, runs_dir, collector_port, token):
     from ddlkit.launch.runs import new_run_id
     from ddlkit.metrics import Collector
     from ddlkit.metrics.protocol import is_loopback
-    from ddlkit.spark.submit import _progress_all
+    from ddlkit.spark.submit import _progress_all, metric_workers
 
     check(config, where)
     bind = collector_bind(where) if live else None
@@ -228,6 +228,5 @@ def start(config, where, live, runs_dir, collector_port, token):
             collector.close()
         raise
     run = Run(config, None, job, collector)
-    if not strategies.get(config.strategy).needs_horovodrun:  # Horovod's ranks name themselves
-        run.metric_workers = [contract.task_name("worker", i) for i in range(config.workers)]
+    run.metric_workers = metric_workers(config)  # Horovod's ranks name themselves
     return run
